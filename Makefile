@@ -1,0 +1,53 @@
+# fgpu — two commands: `make demo` and `make test` (see README.md).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+FGPU_CACHE ?= $(HOME)/.cache/fgpu
+export FGPU_CACHE
+
+.PHONY: demo test testbin install lint unit e2e bench prometheus clean
+
+$(STAMP): pyproject.toml setup.py
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "fgpu needs Python >= 3.11")'
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+## The main job on the bundled default: replay the Alibaba openb trace through every policy.
+demo: $(STAMP)
+	$(VENV)/bin/fgpu simulate --policy all --plot out/simulate.png
+
+## Build (or reuse from $(FGPU_CACHE)) the control plane; the last line printed is its directory.
+testbin:
+	@hack/testbin.sh
+
+## Debian's prometheus server + promtool, for the metrics tests.
+prometheus:
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || \
+	  { echo "installing Debian package prometheus" >&2; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null) || \
+	    { echo "make prometheus: could not install the Debian package 'prometheus' (needs apt and root)" >&2; exit 1; }; }
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+## Everything: install, lint, build/reuse the control plane, run the whole suite (e2e included, never skipped).
+test: $(STAMP) prometheus
+	$(VENV)/bin/ruff check .
+	@dir=$$(hack/testbin.sh) || exit 1; \
+	  echo "control plane binaries: $$dir"; \
+	  FGPU_TESTBIN="$$dir" FGPU_REQUIRE_E2E=1 $(PY) -m pytest -ra -p no:cacheprovider tests
+
+unit: $(STAMP)
+	$(PY) -m pytest -ra -m 'not e2e' tests
+
+bench: $(STAMP)
+	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) out build *.egg-info
