@@ -11,9 +11,9 @@ export FGPU_CACHE
 
 $(STAMP): pyproject.toml setup.py
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "fgpu needs Python >= 3.11")'
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PYTHON) -I -m venv $(VENV)
+	$(PY) -I -m pip install -q --upgrade pip
+	$(PY) -I -m pip install -q -e '.[test]'
 	@touch $(STAMP)
 
 install: $(STAMP)
