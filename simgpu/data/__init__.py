@@ -1,0 +1,1 @@
+"""Data files for simgpu (GPU catalog, MIG tables); a package so installs ship them."""
