@@ -1,0 +1,258 @@
+"""Several clients looping on their ops on one GPU: iterations/s each achieves.
+
+Each client loops like a training/inference step or calibration/measure.py's worker: it issues `batch`
+ops (the host spends `host_dispatch_s` on each), then synchronises. Two sharing modes are simulated
+event by event, because the measured rates depend on that loop structure:
+
+* timeslice: one context owns the whole GPU at a time. It keeps it until its slice ends (then, if
+  another context has work, it is preempted: a context switch plus saving and restoring every SM's
+  registers and shared memory through DRAM) or until it runs out of work (a cheaper yield switch).
+  Many small kernels therefore pay a switch for every batch: the heavy loss for small kernels.
+* mps: kernels from all clients run concurrently. The block scheduler hands SMs to kernels in the order
+  they became ready (FIFO), each kernel taking at most its client's visible SMs (the MPS percentage);
+  running kernels share the power budget (clock) and DRAM bandwidth.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from simgpu.errors import SimgpuError
+from simgpu.perf.cost import check_dtype, gemm_at_power, mps_visible_sms
+from simgpu.perf.gemm import gemm_time
+from simgpu.perf.memory import bandwidth
+from simgpu.perf.ops import CopyOp, ElementwiseOp, GemmOp, Op
+from simgpu.perf.params import PerfParams, params_for
+from simgpu.perf.power import clock_mhz
+
+MODES = ("timeslice", "mps")
+MAX_EVENTS = 400_000
+
+
+@dataclass(frozen=True)
+class ClientLoad:
+    """One client looping on `op`; `mps_pct` is its CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (mps mode only);
+    `batch` ops are issued between synchronisations."""
+
+    op: Op
+    mps_pct: float | None = None
+    batch: int = 4
+
+
+def timeslice_params(gpu) -> tuple[float, float]:
+    """(slice length, context-switch cost) in seconds for this GPU's architecture (or profile)."""
+    params = params_for(gpu)
+    return params.timeslice_s, params.context_switch_s
+
+
+def _validate(gpu, mode: str, clients: list[ClientLoad]) -> None:
+    if mode not in MODES:
+        raise SimgpuError(f"unknown mode {mode!r}", field="mode", allowed=MODES)
+    if not isinstance(clients, list | tuple) or not clients:
+        raise SimgpuError("need at least one client", field="clients", allowed=["a non-empty list"])
+    for i, c in enumerate(clients):
+        if not isinstance(c, ClientLoad) or not isinstance(c.op, GemmOp | CopyOp | ElementwiseOp):
+            raise SimgpuError(f"got {c!r}", field=f"clients[{i}]", allowed=["ClientLoad(op, mps_pct)"])
+        if isinstance(c.op, GemmOp):
+            try:
+                check_dtype(gpu, c.op.dtype)
+            except SimgpuError as err:
+                raise SimgpuError(str(err), field=f"clients[{i}].op.dtype", allowed=gpu.supported_dtypes()) from None
+        if c.mps_pct is not None:
+            if mode != "mps":
+                raise SimgpuError("mps_pct applies to mode mps only", field=f"clients[{i}].mps_pct",
+                                  allowed=["absent in mode timeslice"])
+            if isinstance(c.mps_pct, bool) or not isinstance(c.mps_pct, int | float) or not 1 <= c.mps_pct <= 100:
+                raise SimgpuError(f"got {c.mps_pct!r}", field=f"clients[{i}].mps_pct", allowed=["1..100"])
+        if isinstance(c.batch, bool) or not isinstance(c.batch, int) or c.batch < 1:
+            raise SimgpuError(f"got {c.batch!r}", field=f"clients[{i}].batch", allowed=["a positive integer"])
+
+
+def colocate(gpu, mode: Literal["timeslice", "mps"], clients: list[ClientLoad]) -> list[float]:
+    """Iterations (ops) per second of each client when all loop on their ops at once."""
+    _validate(gpu, mode, list(clients))
+    params = params_for(gpu)
+    if mode == "timeslice":
+        return _timeslice(gpu, params, list(clients))
+    return _mps(gpu, params, list(clients))
+
+
+# ---------------------------------------------------------------- time-slicing
+
+def _host_per_batch(params: PerfParams, batch: int, kernel: float) -> float:
+    """Host time of a batch not hidden behind GPU work: the first op's dispatch, plus the dispatch of
+    each later op in so far as it is slower than the kernel before it."""
+    h = params.host_dispatch_s
+    return h + (batch - 1) * max(0.0, h - kernel)
+
+
+def _solo_kernel(gpu, params: PerfParams, op: Op, sms: int | None = None) -> float:
+    n = sms or gpu.sms
+    if isinstance(op, GemmOp):
+        return gemm_at_power(gpu, params, op, n, sustained=True)[0].seconds
+    return _stream_profile(gpu, params, op, n)[2]
+
+
+def _timeslice(gpu, params: PerfParams, clients: list[ClientLoad]) -> list[float]:
+    n = len(clients)
+    kernel = [_solo_kernel(gpu, params, c.op) for c in clients]
+    work = [c.batch * k for c, k in zip(clients, kernel, strict=True)]
+    host = [_host_per_batch(params, c.batch, k) for c, k in zip(clients, kernel, strict=True)]
+    if n == 1:
+        return [clients[0].batch / (host[0] + work[0])]
+    state = 2.0 * gpu.sms * params.sm_state_bytes / (gpu.mem_bw_bytes_per_s * params.dram_efficiency)
+    preempt_cost = params.context_switch_s + state
+    yield_cost = params.context_switch_s
+    slice_s = params.timeslice_s
+    horizon = max(200 * slice_s, 100 * max(h + w for h, w in zip(host, work, strict=True)))
+
+    ready = list(host)
+    remaining = list(work)
+    done = [0.0] * n
+    t, cur, slice_left = 0.0, -1, slice_s
+    for _ in range(MAX_EVENTS):
+        if t >= horizon:
+            break
+        if cur >= 0 and ready[cur] <= t:
+            if remaining[cur] <= slice_left:
+                t += remaining[cur]
+                slice_left -= remaining[cur]
+                done[cur] += clients[cur].batch
+                ready[cur] = t + host[cur]
+                remaining[cur] = work[cur]
+                continue
+            t += slice_left
+            remaining[cur] -= slice_left
+            nxt = _next_ready(ready, cur, t)
+            slice_left = slice_s
+            if nxt is not None:
+                t += preempt_cost
+                cur = nxt
+            continue
+        nxt = _next_ready(ready, cur, t, include_self=True)
+        if nxt is None:
+            t = min(ready)
+            continue
+        if cur >= 0 and nxt != cur:
+            t += yield_cost
+        cur, slice_left = nxt, slice_s
+    partial = [c.batch * (1.0 - r / w) if ready[i] <= t else 0.0
+               for i, (c, r, w) in enumerate(zip(clients, remaining, work, strict=True))]
+    return [(d + p) / t for d, p in zip(done, partial, strict=True)]
+
+
+def _next_ready(ready: list[float], cur: int, t: float, include_self: bool = False) -> int | None:
+    """The next context after `cur` (round-robin) that has work queued at time t."""
+    n = len(ready)
+    order = [(cur + step) % n for step in range(1, n + 1)] if cur >= 0 else list(range(n))
+    for j in order:
+        if j == cur and not include_self:
+            continue
+        if ready[j] <= t:
+            return j
+    return None
+
+
+# ---------------------------------------------------------------- MPS
+
+def _stream_profile(gpu, params: PerfParams, op: CopyOp | ElementwiseOp, sms: int) -> tuple[float, float, float]:
+    """(compute seconds, DRAM bytes, seconds alone on `sms` SMs) of a bandwidth-bound kernel."""
+    moved = 2.0 * op.bytes if isinstance(op, CopyOp) else float(op.bytes)
+    flops = 0.0 if isinstance(op, CopyOp) else float(op.flops)
+    compute = flops / (sms * gpu.fp32_flops_per_clk_per_sm * gpu.boost_mhz * 1e6)
+    bw = bandwidth(gpu.mem_bw_bytes_per_s, params.dram_efficiency, sms, params.sm_bandwidth_bytes_per_s)
+    return compute, moved, params.launch_s + max(compute, moved / bw)
+
+
+class _Profiles:
+    """Memoised (compute s, DRAM bytes, seconds, power weight) of each op on n SMs at a clock."""
+
+    def __init__(self, gpu, params: PerfParams):
+        self.gpu, self.params, self.memo = gpu, params, {}
+
+    def get(self, op: Op, sms: int, mhz: float) -> tuple[float, float, float, float]:
+        key = (op, sms, round(mhz))
+        hit = self.memo.get(key)
+        if hit is None:
+            if isinstance(op, GemmOp):
+                g = gemm_time(self.gpu, self.params, op, sms, round(mhz))
+                weight = self.params.power(op.dtype) * min(1.0, g.compute_s / g.seconds)
+                hit = (g.compute_s, g.dram_bytes, g.seconds, weight)
+            else:
+                compute, moved, seconds = _stream_profile(self.gpu, self.params, op, sms)
+                hit = (compute, moved, seconds, 0.0)
+            self.memo[key] = hit
+        return hit
+
+
+def _mps(gpu, params: PerfParams, clients: list[ClientLoad]) -> list[float]:
+    n = len(clients)
+    caps = [gpu.sms if c.mps_pct is None else mps_visible_sms(gpu, c.mps_pct) for c in clients]
+    prof = _Profiles(gpu, params)
+    h = params.host_dispatch_s
+    solo = [_solo_kernel(gpu, params, c.op, caps[i]) for i, c in enumerate(clients)]
+    horizon = max(0.02, 60 * max(c.batch * max(s, h) + h for c, s in zip(clients, solo, strict=True)))
+
+    batch_start = [0.0] * n
+    index = [0] * n            # next op of the batch
+    eligible_at = [h] * n      # when the next op may start (submitted and previous op finished)
+    left = [1.0] * n           # fraction of the current op still to do
+    running = [False] * n
+    fifo = [math.inf] * n      # when the current op became ready: the block scheduler's order
+    done = [0.0] * n
+    t = 0.0
+    for _ in range(MAX_EVENTS):
+        if t >= horizon:
+            break
+        for i in range(n):
+            if not running[i] and eligible_at[i] <= t + 1e-15:
+                running[i], fifo[i] = True, eligible_at[i]
+        alloc = [0] * n
+        free = gpu.sms
+        for i in sorted((i for i in range(n) if running[i]), key=lambda i: (fifo[i], i)):
+            alloc[i] = min(caps[i], free)
+            free -= alloc[i]
+        speed = _speeds(gpu, params, prof, clients, alloc)
+        step = math.inf
+        for i in range(n):
+            if running[i] and speed[i] > 0:
+                step = min(step, left[i] / speed[i])
+            elif not running[i]:
+                step = min(step, eligible_at[i] - t)
+        if not math.isfinite(step):
+            break
+        t += step
+        for i in range(n):
+            if running[i] and speed[i] > 0:
+                left[i] -= speed[i] * step
+                if left[i] <= 1e-9:
+                    done[i] += 1
+                    running[i], left[i], fifo[i] = False, 1.0, math.inf
+                    index[i] += 1
+                    if index[i] == clients[i].batch:
+                        index[i], batch_start[i] = 0, t
+                    eligible_at[i] = max(t, batch_start[i] + (index[i] + 1) * h)
+    return [(d + (1.0 - left[i] if running[i] else 0.0)) / t for i, d in enumerate(done)]
+
+
+def _speeds(gpu, params: PerfParams, prof: _Profiles, clients: list[ClientLoad], alloc: list[int]) -> list[float]:
+    """Fraction of its op each client completes per second, given its SMs, the shared clock and DRAM."""
+    active = [i for i, a in enumerate(alloc) if a > 0]
+    speeds = [0.0] * len(alloc)
+    if not active:
+        return speeds
+    mhz = gpu.boost_mhz
+    for _ in range(3):
+        demand = sum(alloc[i] / gpu.sms * prof.get(clients[i].op, alloc[i], mhz)[3] for i in active)
+        mhz = clock_mhz(gpu.boost_mhz, demand)
+    profiles = {i: prof.get(clients[i].op, alloc[i], mhz) for i in active}
+    bw = bandwidth(gpu.mem_bw_bytes_per_s, params.dram_efficiency, sum(alloc), params.sm_bandwidth_bytes_per_s)
+    want = {i: p[1] / p[2] for i, p in profiles.items()}
+    total = sum(want.values())
+    for i, (compute, dram, seconds, _) in profiles.items():
+        if total > bw and dram > 0:
+            share = bw * want[i] / total
+            seconds = max(seconds, params.launch_s + max(compute, dram / share))
+        speeds[i] = 1.0 / seconds
+    return speeds

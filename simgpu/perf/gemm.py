@@ -1,0 +1,83 @@
+"""GEMM kernel time on n SMs at a given clock: CTA tiles, waves, split-K, a DRAM reuse model and the
+alignment slow path. The library's heuristic is modelled as "pick the fastest configuration"."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from simgpu.perf.memory import bandwidth
+from simgpu.perf.ops import DTYPE_BYTES, OUTPUT_BYTES, GemmOp
+from simgpu.perf.params import PerfParams
+
+# CTA tiles (rows x cols of C), most to least efficient (NVIDIA DL performance guide, "tile quantization").
+TILES: tuple[tuple[int, int], ...] = ((128, 256), (256, 128), (128, 128), (128, 64), (64, 128), (64, 64))
+SPLIT_K: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16)
+K_STEP_BYTES = 128  # one main-loop step loads 128 bytes of K per row (64 fp16, 32 tf32, 128 int8)
+FULL_ALIGNMENT = 16  # bytes: TMA / vectorised loads need 16-byte aligned rows
+
+
+@dataclass(frozen=True)
+class GemmTime:
+    seconds: float        # GPU time including launch
+    compute_s: float      # tensor/FP pipe busy time
+    memory_s: float       # DRAM time
+    dram_bytes: float
+    tile: tuple[int, int]
+    split_k: int
+    waves: int
+
+
+def alignment_bytes(op: GemmOp) -> int:
+    """Byte alignment of the rows torch hands cuBLAS: A is m x k (rows of k), B is k x n and C is m x n
+    (rows of n). m does not matter (it is never contiguous)."""
+    esize = DTYPE_BYTES[op.dtype]
+    best = FULL_ALIGNMENT
+    for dim in (op.k, op.n):
+        row = dim * esize
+        best = min(best, row & -row)
+    return best
+
+
+def tile_efficiency(params: PerfParams, tm: int, tn: int) -> float:
+    return 1.0 / (1.0 + params.small_tile_penalty * (128 / tm + 128 / tn - 1.5))
+
+
+def flops_per_clk_per_sm(gpu, dtype: str) -> float:
+    if dtype == "fp32":
+        return float(gpu.fp32_flops_per_clk_per_sm)
+    return float(gpu.tensor_flops_per_clk_per_sm[dtype])
+
+
+def gemm_time(gpu, params: PerfParams, op: GemmOp, sms: int, mhz: float) -> GemmTime:
+    """Fastest tile/split-K configuration's time for `op` on `sms` SMs at `mhz`."""
+    esize, osize = DTYPE_BYTES[op.dtype], OUTPUT_BYTES[op.dtype]
+    bk = K_STEP_BYTES // esize
+    per_sm = flops_per_clk_per_sm(gpu, op.dtype) * mhz * 1e6 * params.efficiency(op.dtype)
+    align = alignment_bytes(op)
+    slow = 1.0 if align >= FULL_ALIGNMENT else params.misaligned_efficiency.get(align, min(params.misaligned_efficiency.values()))
+    bw = bandwidth(gpu.mem_bw_bytes_per_s, params.gemm_dram_efficiency, sms, params.sm_bandwidth_bytes_per_s)
+    compulsory = (op.m * op.k + op.k * op.n) * esize + op.m * op.n * osize
+    best: GemmTime | None = None
+    for tm, tn in TILES:
+        base_tiles = math.ceil(op.m / tm) * math.ceil(op.n / tn)
+        step_s = 2.0 * tm * tn * bk / (per_sm * tile_efficiency(params, tm, tn) * slow)
+        for split in SPLIT_K:
+            if split > 1 and (base_tiles * split > 4 * sms or math.ceil(op.k / split) < 4 * bk):
+                break
+            tiles = base_tiles * split
+            waves = math.ceil(tiles / sms)
+            ksteps = math.ceil(math.ceil(op.k / split) / bk)
+            compute_s = waves * (ksteps + params.tile_fill_ksteps) * step_s
+            # Reuse: one wave's tiles share A row-panels and B column-panels through L2.
+            per_wave = min(tiles, sms)
+            side = math.sqrt(per_wave / split)
+            panels = (min(side * tm, op.m) + min(side * tn, op.n)) * op.k * esize
+            dram = max(compulsory, waves * panels / split + op.m * op.n * osize)
+            if split > 1:
+                dram += 2.0 * split * op.m * op.n * 4  # fp32 partial sums written and read back
+            memory_s = dram / bw
+            seconds = max(compute_s, memory_s) + params.launch_s * (2 if split > 1 else 1)
+            if best is None or seconds < best.seconds:
+                best = GemmTime(seconds, compute_s, memory_s, dram, (tm, tn), split, waves)
+    assert best is not None
+    return best

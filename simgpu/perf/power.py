@@ -1,0 +1,25 @@
+"""Achieved SM clock under the board power limit.
+
+Dynamic power grows with active SMs x activity x f x V^2, and V grows roughly with f, so at the limit
+f = f_max * demand**(-1/3), capped at f_max. `demand` is the sum over running kernels of
+(SM share x the dtype's power demand x how busy the tensor/FP pipes are). Fewer active SMs (an MPS
+percentage) draw less power and so run at a higher clock: that is why 50% of the SMs give ~66% of the
+throughput. Short kernels may overdraw the sustained budget for a while (burst headroom)."""
+from __future__ import annotations
+
+from simgpu.perf.params import PerfParams
+
+
+def headroom(params: PerfParams, kernel_s: float | None) -> float:
+    """Power budget relative to the sustained one: > 1 for a short kernel timed alone, 1 when sustained."""
+    if kernel_s is None:
+        return 1.0
+    w = params.burst_window_s
+    return 1.0 + (params.burst_headroom - 1.0) * w / (w + max(kernel_s, 0.0))
+
+
+def clock_mhz(boost_mhz: float, demand: float, budget: float = 1.0) -> float:
+    """SM clock for a power demand (relative to the sustained budget at f_max) and a budget factor."""
+    if demand <= budget:
+        return boost_mhz
+    return boost_mhz * (demand / budget) ** (-1.0 / 3.0)
