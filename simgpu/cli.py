@@ -10,6 +10,7 @@ from simgpu.errors import SimgpuError
 
 # One entry per subcommand module; add yours here (one line) when you create it.
 COMMAND_MODULES: list[str] = [
+    "mig",
 ]
 
 

@@ -1,0 +1,486 @@
+"""MIG (Multi-Instance GPU): profile tables, layout checking and an emulated MIG state per GPU.
+
+The hardware rule (NVML `nvmlGpuInstancePlacement_t`) is simple: a GPU instance (GI) occupies a range of
+*memory* slices `[start, start + size)`, each profile may only start at the slices NVIDIA lists, and
+creation fails if the range overlaps an existing GI. On top of that: a per-profile maximum count, and at
+most one "+me" (media extensions) instance per GPU. That is all validity needs; 4g+3g is valid (since
+R510), 4g+4g is not (4g may only start at 0) and 7g excludes everything. Tables: simgpu/data/mig.yaml.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+
+import pydantic
+import yaml
+
+from simgpu.catalog import GPUSpec, all_gpus, get_gpu
+from simgpu.errors import SimgpuError
+
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    """A GPU-instance profile of one GPU model; placements are (start, size) in memory slices."""
+
+    name: str
+    gpu: str
+    profile_id: int | None
+    compute_slices: int
+    memory_slices: int
+    sms: int
+    mem_bytes: int
+    max_count: int
+    placements: tuple[tuple[int, int], ...]
+    media_extensions: bool = False
+    copy_engines: int = 0
+    nvdec: int = 0
+    jpeg: int = 0
+    ofa: int = 0
+    min_driver: str | None = None
+    mem_reported: bool = True  # False: nvidia-smi's size was not seen; mem_bytes is inferred
+
+    @property
+    def starts(self) -> list[int]:
+        return [start for start, _ in self.placements]
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name, "profile_id": self.profile_id, "compute_slices": self.compute_slices,
+            "memory_slices": self.memory_slices, "sms": self.sms, "mem_bytes": self.mem_bytes,
+            "max_count": self.max_count, "placements": [list(p) for p in self.placements],
+            "media_extensions": self.media_extensions, "min_driver": self.min_driver,
+        }
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one GI of a layout goes: memory slices [start, start + size)."""
+
+    profile: str
+    start: int
+    size: int
+
+    def to_dict(self) -> dict:
+        return {"profile": self.profile, "start": self.start, "size": self.size}
+
+
+@dataclass(frozen=True)
+class CiProfile:
+    """A compute-instance size inside a GI: `compute_slices` of the GI's, at the listed starts."""
+
+    compute_slices: int
+    max_count: int
+    starts: tuple[int, ...]
+
+
+# ---------------------------------------------------------------------------------------------- data
+
+class _ProfileRecord(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+    name: str = pydantic.Field(pattern=r"^\d+g\.\d+gb(\+me)?$")
+    id: int | None
+    compute: int = pydantic.Field(gt=0)
+    memory: int = pydantic.Field(gt=0)
+    sms: int = pydantic.Field(gt=0)
+    mem_gib: float | None = pydantic.Field(default=None, gt=0)
+    max: int = pydantic.Field(gt=0)
+    starts: list[int] = pydantic.Field(min_length=1)
+    ce: int = 0
+    nvdec: int = 0
+    jpeg: int = 0
+    ofa: int = 0
+    media: bool = False
+    min_driver: str | None = None
+
+
+class _GpuMigRecord(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+    memory_slices: int = pydantic.Field(gt=0)
+    compute_slices: int = pydantic.Field(gt=0)
+    sources: list[str] = pydantic.Field(min_length=1)
+    profiles: list[_ProfileRecord] = pydantic.Field(min_length=1)
+
+    @pydantic.model_validator(mode="after")
+    def _fits(self) -> _GpuMigRecord:
+        for p in self.profiles:
+            if p.compute > self.compute_slices or p.memory > self.memory_slices:
+                raise ValueError(f"profile {p.name} is larger than the GPU")
+            bad = [s for s in p.starts if s < 0 or s % p.memory or s + p.memory > self.memory_slices]
+            if bad:
+                raise ValueError(f"profile {p.name}: starts {bad} are not aligned placements inside "
+                                 f"{self.memory_slices} memory slices")
+        return self
+
+
+class _CiRecord(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+    c: int = pydantic.Field(gt=0)
+    max: int = pydantic.Field(gt=0)
+    starts: list[int] = pydantic.Field(min_length=1)
+
+
+class _MigDoc(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+    gpus: dict[str, _GpuMigRecord]
+    compute_instances: dict[int, list[_CiRecord]]
+
+
+@dataclass(frozen=True)
+class _GpuTable:
+    memory_slices: int
+    compute_slices: int
+    sources: tuple[str, ...]
+    profiles: tuple[MigProfile, ...]
+
+
+def _mem_bytes(rec: _GpuMigRecord, p: _ProfileRecord) -> tuple[int, bool]:
+    """nvidia-smi's size when seen; else that of a profile with as many memory slices; else a share."""
+    if p.mem_gib is not None:
+        return round(p.mem_gib * GIB), True
+    same = [q.mem_gib for q in rec.profiles if q.memory == p.memory and q.mem_gib is not None]
+    if same:
+        return round(same[0] * GIB), False
+    full = max(rec.profiles, key=lambda q: q.memory)
+    if full.mem_gib is None:
+        raise ValueError(f"profile {p.name}: no memory size to infer from")
+    return round(full.mem_gib * GIB * p.memory / rec.memory_slices), False
+
+
+def parse_mig_tables(doc: object, origin: str = "mig.yaml") -> tuple[dict[str, _GpuTable], dict[int, list[CiProfile]]]:
+    """Validate the MIG tables; bad data raises SimgpuError naming the GPU/profile and the field."""
+    try:
+        parsed = _MigDoc.model_validate(doc)
+    except pydantic.ValidationError as err:
+        where = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors())
+        raise SimgpuError(f"{origin}: {where}", field="mig") from None
+    tables: dict[str, _GpuTable] = {}
+    for gpu_name, rec in parsed.gpus.items():
+        canonical = get_gpu(gpu_name).name
+        profs = []
+        for p in rec.profiles:
+            try:
+                mem, reported = _mem_bytes(rec, p)
+            except ValueError as err:
+                raise SimgpuError(f"{origin}: {gpu_name}: {err}", field="mem_gib") from None
+            profs.append(MigProfile(
+                name=p.name, gpu=canonical, profile_id=p.id, compute_slices=p.compute, memory_slices=p.memory,
+                sms=p.sms, mem_bytes=mem, max_count=p.max, placements=tuple((s, p.memory) for s in p.starts),
+                media_extensions=p.media, copy_engines=p.ce, nvdec=p.nvdec, jpeg=p.jpeg, ofa=p.ofa,
+                min_driver=p.min_driver, mem_reported=reported,
+            ))
+        tables[canonical] = _GpuTable(rec.memory_slices, rec.compute_slices, tuple(rec.sources), tuple(profs))
+    cis = {g: [CiProfile(r.c, r.max, tuple(r.starts)) for r in recs] for g, recs in parsed.compute_instances.items()}
+    return tables, cis
+
+
+@cache
+def _tables() -> tuple[dict[str, _GpuTable], dict[int, list[CiProfile]]]:
+    text = resources.files("simgpu").joinpath("data", "mig.yaml").read_text()
+    return parse_mig_tables(yaml.safe_load(text))
+
+
+# ---------------------------------------------------------------------------------------------- lookup
+
+def _spec(gpu: GPUSpec | str) -> GPUSpec:
+    return gpu if isinstance(gpu, GPUSpec) else get_gpu(gpu)
+
+
+def mig_gpus() -> list[GPUSpec]:
+    """The GPUs that support MIG (and have a profile table)."""
+    return [g for g in all_gpus() if g.name in _tables()[0]]
+
+
+def _table(gpu: GPUSpec | str) -> _GpuTable:
+    spec = _spec(gpu)
+    table = _tables()[0].get(spec.name)
+    if table is None:
+        raise SimgpuError(f"{spec.name} does not support MIG", field="gpu",
+                          allowed=[g.short_name for g in mig_gpus()])
+    return table
+
+
+def slices(gpu: GPUSpec | str) -> tuple[int, int]:
+    """(compute slices, memory slices) of a MIG-capable GPU: (7, 8), or (4, 4) on the A30."""
+    table = _table(gpu)
+    return table.compute_slices, table.memory_slices
+
+
+def profiles(gpu: GPUSpec | str) -> list[MigProfile]:
+    """The GPU-instance profiles of a MIG-capable GPU, smallest first (as `nvidia-smi mig -lgip`)."""
+    return list(_table(gpu).profiles)
+
+
+def normalize_profile_name(name: str) -> str:
+    """"MIG 3g.20gb", "3G.20GB" and " 3g.20gb " all mean "3g.20gb"."""
+    text = name.strip().lower() if isinstance(name, str) else ""
+    if text.startswith("mig"):
+        text = text[3:].lstrip(" -_")
+    return text
+
+
+def get_profile(gpu: GPUSpec | str, name: str) -> MigProfile:
+    """A profile by name (with or without the "MIG " prefix, any case)."""
+    table = _table(gpu)
+    wanted = normalize_profile_name(name)
+    for prof in table.profiles:
+        if prof.name == wanted:
+            return prof
+    raise SimgpuError(f"unknown MIG profile {name!r} for {_spec(gpu).name}", field="profile",
+                      allowed=[p.name for p in table.profiles])
+
+
+def ci_profiles(gi: MigProfile) -> list[CiProfile]:
+    """Compute-instance sizes available inside a GI of this profile."""
+    return list(_tables()[1].get(gi.compute_slices, []))
+
+
+# ---------------------------------------------------------------------------------------------- layouts
+
+def _overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    return a[0] < b[0] + b[1] and b[0] < a[0] + a[1]
+
+
+def _count_problems(table: _GpuTable, profs: list[MigProfile]) -> str | None:
+    """Reasons that no placement search can fix: max counts, the "+me" rule, total slices."""
+    for name, n in Counter(p.name for p in profs).items():
+        limit = next(p.max_count for p in table.profiles if p.name == name)
+        if n > limit:
+            return f"{n} x {name} requested, but at most {limit} can exist on one GPU"
+    media = [p.name for p in profs if p.media_extensions]
+    if len(media) > 1:
+        return f"only one +me (media extensions) instance may exist per GPU, got {', '.join(media)}"
+    mem = sum(p.memory_slices for p in profs)
+    if mem > table.memory_slices:
+        return f"the layout needs {mem} memory slices, the GPU has {table.memory_slices}"
+    comp = sum(p.compute_slices for p in profs)
+    if comp > table.compute_slices:
+        return f"the layout needs {comp} compute slices, the GPU has {table.compute_slices}"
+    return None
+
+
+def _search(profs: list[MigProfile], taken: list[tuple[int, int]]) -> list[tuple[int, int]] | None:
+    """Backtracking over each profile's allowed placements; profs are placed in the given order."""
+    if not profs:
+        return []
+    first, rest = profs[0], profs[1:]
+    for place in first.placements:
+        if any(_overlaps(place, t) for t in taken):
+            continue
+        tail = _search(rest, [*taken, place])
+        if tail is not None:
+            return [place, *tail]
+    return None
+
+
+def _explain_conflict(profs: list[MigProfile], table: _GpuTable) -> str:
+    kinds = sorted(set(profs), key=lambda p: -p.memory_slices)
+    allowed = "; ".join(f"{p.name} only at memory slices {{{','.join(map(str, p.starts))}}} (size "
+                        f"{p.memory_slices})" for p in kinds)
+    return (f"no non-overlapping placement exists within {table.memory_slices} memory slices: {allowed}")
+
+
+def find_placements(gpu: GPUSpec | str, names: list[str],
+                    occupied: list[tuple[int, int]] | None = None) -> list[Placement]:
+    """Like check_layout, but around GIs that already occupy `occupied` (start, size) ranges."""
+    table = _table(gpu)
+    profs = [get_profile(gpu, n) for n in names]
+    if not profs:
+        raise SimgpuError("a layout needs at least one profile", field="profiles",
+                          allowed=[p.name for p in table.profiles])
+    problem = _count_problems(table, profs)
+    if problem:
+        raise SimgpuError(f"invalid MIG layout on {table.profiles[0].gpu}: {problem}", field="profiles")
+    # Biggest first prunes the search early; results are mapped back to the caller's order.
+    order = sorted(range(len(profs)), key=lambda i: (-profs[i].memory_slices, len(profs[i].placements)))
+    found = _search([profs[i] for i in order], list(occupied or []))
+    if found is None:
+        raise SimgpuError(f"invalid MIG layout on {table.profiles[0].gpu}: {_explain_conflict(profs, table)}",
+                          field="profiles")
+    result: list[Placement | None] = [None] * len(profs)
+    for i, (start, size) in zip(order, found, strict=True):
+        result[i] = Placement(profs[i].name, start, size)
+    return [p for p in result if p is not None]
+
+
+def check_layout(gpu: GPUSpec | str, names: list[str]) -> list[Placement]:
+    """A valid placement for all `names` on an empty GPU (order-independent), or SimgpuError saying why
+    none exists (unknown profile: field "profile"; impossible layout: field "profiles")."""
+    return find_placements(gpu, names)
+
+
+def instance_spec(gpu: GPUSpec | str, profile: str | MigProfile) -> GPUSpec:
+    """A MIG instance as an isolated smaller GPU: its own SMs and memory; DRAM bandwidth, L2 and power
+    by its share of memory slices (L2 and memory controllers are partitioned with the memory slices)."""
+    spec = _spec(gpu)
+    table = _table(spec)
+    prof = profile if isinstance(profile, MigProfile) else get_profile(spec, profile)
+    share = prof.memory_slices / table.memory_slices
+    return spec.model_copy(update={
+        "name": f"{spec.name} MIG {prof.name}",
+        "short_name": f"{spec.short_name}-MIG-{prof.name}",
+        "aliases": [],
+        "sms": prof.sms,
+        "mem_bytes": prof.mem_bytes,
+        "mem_bw_bytes_per_s": spec.mem_bw_bytes_per_s * share,
+        "l2_bytes": int(spec.l2_bytes * share),
+        "power_w": spec.power_w * prof.compute_slices / table.compute_slices,
+        "mig": False,
+        "datasheet_tflops": {},
+        "sources": [*spec.sources, *(f"MIG: {s}" for s in table.sources)],
+    })
+
+
+# ---------------------------------------------------------------------------------------------- state
+
+@dataclass
+class ComputeInstance:
+    id: int
+    compute_slices: int
+    start: int
+    sms: int
+
+    def profile_name(self, gi: GpuInstance) -> str:
+        """nvidia-smi's CI name: "1c.3g.20gb", or the GI's name for a CI spanning the whole GI."""
+        full = self.compute_slices == gi.profile.compute_slices
+        return gi.profile.name if full else f"{self.compute_slices}c.{gi.profile.name}"
+
+
+@dataclass
+class GpuInstance:
+    id: int
+    profile: MigProfile
+    start: int
+    compute_instances: dict[int, ComputeInstance] = field(default_factory=dict)
+
+    @property
+    def placement(self) -> tuple[int, int]:
+        return self.start, self.profile.memory_slices
+
+
+def _gi_id(start: int, size: int, total: int) -> int:
+    """GI ids follow a binary-heap numbering of memory-slice ranges (full GPU 0, halves 1-2, quarters
+    3-6, eighths 7-14), which is what `nvidia-smi mig -lgi` shows (e.g. 1g at 6:1 -> ID 13)."""
+    return total // size - 1 + start // size
+
+
+class MigGpu:
+    """An emulated GPU in MIG mode: create/destroy GPU instances and compute instances with the same
+    validation as the driver (placements, overlaps, max counts, +me, in-use GIs)."""
+
+    def __init__(self, spec: GPUSpec | str):
+        self.spec = _spec(spec)
+        self._table = _table(self.spec)
+        self.gpu_instances: dict[int, GpuInstance] = {}
+
+    # -- GPU instances
+    def create_gi(self, profile: str, start: int | None = None) -> GpuInstance:
+        """Create a GI; `start=None` takes the lowest free placement (pass `start` to choose)."""
+        prof = get_profile(self.spec, profile)
+        current = [gi.profile.name for gi in self.gpu_instances.values()]
+        problem = _count_problems(self._table, [get_profile(self.spec, n) for n in [*current, prof.name]])
+        if problem:
+            raise SimgpuError(f"cannot create {prof.name}: {problem} (nvidia-smi: Insufficient Resources)",
+                              field="profile")
+        taken = [gi.placement for gi in self.gpu_instances.values()]
+        if start is not None:
+            if start not in prof.starts:
+                raise SimgpuError(f"{prof.name} cannot start at memory slice {start}", field="start",
+                                  allowed=prof.starts)
+            place = (start, prof.memory_slices)
+        else:
+            free = [p for p in prof.placements if not any(_overlaps(p, t) for t in taken)]
+            if not free:
+                raise SimgpuError(
+                    f"cannot create {prof.name}: every placement {list(prof.starts)} overlaps an existing GPU "
+                    f"instance at {sorted(taken)} (nvidia-smi: Insufficient Resources)", field="profile")
+            place = free[0]
+        clash = [gi for gi in self.gpu_instances.values() if _overlaps(place, gi.placement)]
+        if clash:
+            raise SimgpuError(
+                f"cannot create {prof.name} at {place[0]}:{place[1]}: overlaps GPU instance {clash[0].id} "
+                f"({clash[0].profile.name} at {clash[0].start}:{clash[0].profile.memory_slices})",
+                field="start", allowed=[s for s, sz in prof.placements
+                                        if not any(_overlaps((s, sz), t) for t in taken)])
+        gi = GpuInstance(_gi_id(place[0], place[1], self._table.memory_slices), prof, place[0])
+        self.gpu_instances[gi.id] = gi
+        return gi
+
+    def destroy_gi(self, gi_id: int) -> None:
+        gi = self._gi(gi_id)
+        if gi.compute_instances:
+            raise SimgpuError(
+                f"cannot destroy GPU instance {gi_id}: In use by another client (compute instances "
+                f"{sorted(gi.compute_instances)} still exist; destroy them first)", field="gi")
+        del self.gpu_instances[gi_id]
+
+    # -- compute instances
+    def create_ci(self, gi_id: int, profile: str | None = None, start: int | None = None) -> ComputeInstance:
+        """Create a CI in a GI. `profile`: "1c", "1c.3g.20gb", or the GI's own name / None for the whole GI."""
+        gi = self._gi(gi_id)
+        options = ci_profiles(gi.profile)
+        size = self._ci_size(gi, profile, options)
+        ci_prof = next(o for o in options if o.compute_slices == size)
+        same = [ci for ci in gi.compute_instances.values() if ci.compute_slices == size]
+        if len(same) >= ci_prof.max_count:
+            raise SimgpuError(f"GPU instance {gi_id} already has {len(same)} x {size}c (max {ci_prof.max_count})",
+                              field="profile")
+        taken = [(ci.start, ci.compute_slices) for ci in gi.compute_instances.values()]
+        free = [s for s in ci_prof.starts if not any(_overlaps((s, size), t) for t in taken)]
+        if start is None:
+            if not free:
+                raise SimgpuError(f"no free placement for a {size}c compute instance in GPU instance {gi_id}",
+                                  field="profile")
+            start = free[0]
+        elif start not in free:
+            raise SimgpuError(f"{size}c cannot start at compute slice {start} in GPU instance {gi_id}",
+                              field="start", allowed=free)
+        ci_id = min(set(range(len(gi.compute_instances) + 1)) - set(gi.compute_instances))
+        ci = ComputeInstance(ci_id, size, start, self._ci_sms(gi.profile, size))
+        gi.compute_instances[ci_id] = ci
+        return ci
+
+    def destroy_ci(self, gi_id: int, ci_id: int) -> None:
+        gi = self._gi(gi_id)
+        if ci_id not in gi.compute_instances:
+            raise SimgpuError(f"GPU instance {gi_id} has no compute instance {ci_id}", field="ci",
+                              allowed=sorted(gi.compute_instances))
+        del gi.compute_instances[ci_id]
+
+    # -- helpers
+    def layout(self) -> list[Placement]:
+        return [Placement(gi.profile.name, gi.start, gi.profile.memory_slices)
+                for gi in sorted(self.gpu_instances.values(), key=lambda g: g.start)]
+
+    def _gi(self, gi_id: int) -> GpuInstance:
+        if gi_id not in self.gpu_instances:
+            raise SimgpuError(f"no GPU instance {gi_id} on {self.spec.name}", field="gi",
+                              allowed=sorted(self.gpu_instances))
+        return self.gpu_instances[gi_id]
+
+    @staticmethod
+    def _ci_size(gi: GpuInstance, profile: str | None, options: list[CiProfile]) -> int:
+        allowed = [f"{o.compute_slices}c.{gi.profile.name}" for o in options]
+        if profile is None:
+            return gi.profile.compute_slices
+        text = normalize_profile_name(profile)
+        if text == gi.profile.name:
+            return gi.profile.compute_slices
+        head, _, rest = text.partition(".")
+        if head.endswith("c") and head[:-1].isdigit() and rest in ("", gi.profile.name):
+            size = int(head[:-1])
+            if any(o.compute_slices == size for o in options):
+                return size
+        raise SimgpuError(f"unknown compute-instance profile {profile!r} for a {gi.profile.name} GPU instance",
+                          field="profile", allowed=allowed)
+
+    @staticmethod
+    def _ci_sms(gi: MigProfile, size: int) -> int:
+        """SMs of a CI: its share of the GI's SMs, rounded down to whole TPCs (2 SMs); exact for the
+        published A100 figures (1c = 14, 4c.7g = 56)."""
+        if size == gi.compute_slices:
+            return gi.sms
+        return max(2, (gi.sms * size // gi.compute_slices) // 2 * 2)
