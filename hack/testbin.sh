@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# Build (or reuse) the Kubernetes control plane the e2e tests run against: kube-apiserver,
+# kube-controller-manager, kube-scheduler, etcd, kwok and helm, compiled from their Go modules with the
+# machine's Go toolchain and module proxy (DESIGN.md §5). Nothing is written inside the repository.
+#
+#   cache:  ${FGPU_CACHE:-$HOME/.cache/fgpu}/testbin/<pinned versions>/   (the six executables + .stamp)
+#   Go:     GOPATH, GOMODCACHE and GOCACHE live under $FGPU_CACHE/go so a warm rebuild costs nothing.
+#   output: progress on stderr; the LAST line on stdout is the absolute directory of the executables.
+#   errors: one line on stderr naming what was needed and from where; the full Go output stays in a log.
+set -euo pipefail
+
+# ---- pinned versions (change here; the cache directory name follows) ------------------------------
+K8S_VERSION=v1.35.4        # k8s.io/kubernetes; staging modules k8s.io/* at v0.35.4
+ETCD_VERSION=v3.5.35       # go.etcd.io/etcd/server/v3 (>= 3.5.13: older ones break WatchList watches)
+KWOK_VERSION=v0.8.0        # sigs.k8s.io/kwok
+HELM_VERSION=v3.21.4       # helm.sh/helm/v3
+# -----------------------------------------------------------------------------------------------------
+
+FGPU_CACHE=${FGPU_CACHE:-$HOME/.cache/fgpu}
+PINNED="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}"
+ROOT="$FGPU_CACHE/testbin"
+OUT="$ROOT/$PINNED"
+SRC="$ROOT/src/$PINNED"
+LOG="$ROOT/build-$PINNED.log"
+BINARIES=(kube-apiserver kube-controller-manager kube-scheduler etcd kwok helm)
+
+say() { echo "testbin: $*" >&2; }
+die() { echo "testbin: $*" >&2; exit 1; }
+
+warm() {
+    [[ -f "$OUT/.stamp" && "$(cat "$OUT/.stamp")" == "$PINNED" ]] || return 1
+    local b
+    for b in "${BINARIES[@]}"; do [[ -x "$OUT/$b" ]] || return 1; done
+}
+
+if warm; then
+    say "reusing $OUT"
+    echo "$OUT"
+    exit 0
+fi
+
+command -v go >/dev/null 2>&1 || die "the Go toolchain ('go') is not on PATH; it is needed to build the control plane from its Go modules"
+
+mkdir -p "$ROOT" "$OUT" "$SRC"
+: >"$LOG"
+
+export GOPATH="$FGPU_CACHE/go"
+export GOMODCACHE="$FGPU_CACHE/go/pkg/mod"
+export GOCACHE="$FGPU_CACHE/go-build"
+export GOTOOLCHAIN=local       # never fetch another toolchain behind our back
+export CGO_ENABLED=0
+export GOFLAGS="-mod=mod -buildvcs=false"
+GOPROXY_SHOWN=$(go env GOPROXY 2>/dev/null || echo '?')
+# two cores are shared with other work: keep parallel compiles (and their memory) bounded
+JOBS=${FGPU_BUILD_JOBS:-2}
+
+# Run a Go command with its output in the log; on failure print ONE line and exit.
+#   gorun "<what it needed, for the error line>" <download|build> <dir> go args...
+gorun() {
+    local what=$1 kind=$2 dir=$3
+    shift 3
+    echo "+ (cd $dir && $*)" >>"$LOG"
+    if ! (cd "$dir" && "$@") >>"$LOG.step" 2>&1; then
+        cat "$LOG.step" >>"$LOG"
+        local first
+        first=$(grep -m1 -E 'error|cannot|unrecognized|not found|no such|refused|timeout|dial|invalid|requires go' "$LOG.step" || head -n1 "$LOG.step")
+        rm -f "$LOG.step"
+        if [[ $kind == download ]]; then
+            die "cannot download $what from the Go module proxy (GOPROXY=$GOPROXY_SHOWN): ${first} (full log: $LOG)"
+        else
+            die "building $what failed: ${first} (full log: $LOG)"
+        fi
+    fi
+    cat "$LOG.step" >>"$LOG"
+    rm -f "$LOG.step"
+}
+
+# A wrapper module at $SRC/<name> that requires the given modules.
+new_module() {
+    local name=$1
+    mkdir -p "$SRC/$name"
+    rm -f "$SRC/$name/go.mod" "$SRC/$name/go.sum"
+    gorun "nothing (go mod init)" build "$SRC/$name" go mod init "fgpu.local/testbin/$name"
+}
+
+verify() {
+    local b=$1 out
+    if [[ $b == helm ]]; then
+        out=$("$OUT/$b" version 2>&1) || die "$OUT/$b version failed: $(head -n1 <<<"$out")"
+    else
+        out=$("$OUT/$b" --version 2>&1) || die "$OUT/$b --version failed: $(head -n1 <<<"$out")"
+    fi
+    say "  $b: $(head -n1 <<<"$out")"
+}
+
+T0=$SECONDS
+say "building the control plane into $OUT (log: $LOG)"
+
+# ---- Kubernetes: kube-apiserver, kube-controller-manager, kube-scheduler in one go build ----------
+if [[ ! -x "$OUT/kube-apiserver" || ! -x "$OUT/kube-controller-manager" || ! -x "$OUT/kube-scheduler" ]]; then
+    say "kubernetes $K8S_VERSION: resolving modules"
+    new_module kubernetes
+    gorun "k8s.io/kubernetes@$K8S_VERSION" download "$SRC/kubernetes" go mod download k8s.io/kubernetes@"$K8S_VERSION"
+    kmod=$(cd "$SRC/kubernetes" && go mod download -json k8s.io/kubernetes@"$K8S_VERSION" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
+    [[ -f "$kmod" ]] || die "cannot locate the go.mod of k8s.io/kubernetes@$K8S_VERSION in $GOMODCACHE (full log: $LOG)"
+    # Staging modules are required at v0.0.0 and replaced with ./staging paths upstream; point each at
+    # its published release instead (v1.X.Y -> v0.X.Y).
+    staging_version="v0.${K8S_VERSION#v1.}"
+    mapfile -t staging < <(awk '$1 ~ /^k8s\.io\// && $2 == "v0.0.0" {print $1}' "$kmod" | sort -u)
+    [[ ${#staging[@]} -gt 0 ]] || die "found no k8s.io/* modules pinned at v0.0.0 in $kmod (full log: $LOG)"
+    edits=(-require "k8s.io/kubernetes@$K8S_VERSION")
+    for m in "${staging[@]}"; do edits+=(-replace "$m=$m@$staging_version"); done
+    gorun "nothing (go mod edit)" build "$SRC/kubernetes" go mod edit "${edits[@]}"
+    say "kubernetes: ${#staging[@]} staging modules replaced at $staging_version; downloading dependencies"
+    gorun "k8s.io/kubernetes@$K8S_VERSION dependencies" download "$SRC/kubernetes" \
+        go get k8s.io/kubernetes/cmd/kube-apiserver@"$K8S_VERSION" k8s.io/kubernetes/cmd/kube-controller-manager@"$K8S_VERSION" k8s.io/kubernetes/cmd/kube-scheduler@"$K8S_VERSION"
+    minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
+    ldk="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1"
+    ldk+=" -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
+    ldk+=" -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z"
+    say "kubernetes: compiling kube-apiserver, kube-controller-manager, kube-scheduler (the long part)"
+    t=$SECONDS
+    gorun "kube-apiserver/kube-controller-manager/kube-scheduler $K8S_VERSION" build "$SRC/kubernetes" \
+        go build -p "$JOBS" -trimpath -ldflags "$ldk" -o "$OUT/" \
+        k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
+    say "kubernetes: compiled in $((SECONDS - t)) s"
+fi
+
+# ---- etcd 3.5 ----------------------------------------------------------------------------------------
+if [[ ! -x "$OUT/etcd" ]]; then
+    say "etcd $ETCD_VERSION"
+    new_module etcd
+    gorun "go.etcd.io/etcd/server/v3@$ETCD_VERSION" download "$SRC/etcd" go get go.etcd.io/etcd/server/v3@"$ETCD_VERSION"
+    ldf="-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=${ETCD_VERSION}"
+    t=$SECONDS
+    gorun "etcd $ETCD_VERSION" build "$SRC/etcd" go build -p "$JOBS" -trimpath -ldflags "$ldf" -o "$OUT/etcd" go.etcd.io/etcd/server/v3
+    say "etcd: compiled in $((SECONDS - t)) s"
+fi
+
+# ---- KWOK --------------------------------------------------------------------------------------------
+if [[ ! -x "$OUT/kwok" ]]; then
+    say "kwok $KWOK_VERSION"
+    new_module kwok
+    gorun "sigs.k8s.io/kwok@$KWOK_VERSION" download "$SRC/kwok" go get sigs.k8s.io/kwok/cmd/kwok@"$KWOK_VERSION"
+    ldf="-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}"
+    t=$SECONDS
+    gorun "kwok $KWOK_VERSION" build "$SRC/kwok" go build -p "$JOBS" -trimpath -ldflags "$ldf" -o "$OUT/kwok" sigs.k8s.io/kwok/cmd/kwok
+    say "kwok: compiled in $((SECONDS - t)) s"
+fi
+
+# ---- helm v3 -----------------------------------------------------------------------------------------
+if [[ ! -x "$OUT/helm" ]]; then
+    say "helm $HELM_VERSION"
+    new_module helm
+    gorun "helm.sh/helm/v3@$HELM_VERSION" download "$SRC/helm" go get helm.sh/helm/v3/cmd/helm@"$HELM_VERSION"
+    ldf="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+    t=$SECONDS
+    gorun "helm $HELM_VERSION" build "$SRC/helm" go build -p "$JOBS" -trimpath -ldflags "$ldf" -o "$OUT/helm" helm.sh/helm/v3/cmd/helm
+    say "helm: compiled in $((SECONDS - t)) s"
+fi
+
+say "checking that each binary runs"
+for b in "${BINARIES[@]}"; do verify "$b"; done
+echo "$PINNED" >"$OUT/.stamp"
+say "done in $((SECONDS - T0)) s"
+echo "$OUT"

@@ -1,0 +1,430 @@
+"""A real Kubernetes control plane for e2e tests: etcd + kube-apiserver, and on request
+kube-controller-manager, kube-scheduler and KWOK, each a child process on loopback.
+
+No pytest here (tests/e2e/conftest.py wraps it in fixtures), so the lifecycle can be read and reused on its
+own. Binaries come from the directory `make testbin` prints (env FGPU_TESTBIN). Why the flags are what they
+are: DESIGN.md §5 and docs/testing.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import secrets
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd", "kwok", "helm")
+KWOK_STAGES = "kwok-stages.yaml"  # upstream KWOK stage definitions, copied there by hack/testbin.sh
+KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+SERVICE_CIDR = "10.0.0.0/24"
+# Defaults of a fake node; the caller's capacity is merged on top (and mirrored into allocatable).
+BASE_NODE_CAPACITY = {"cpu": "32", "memory": "256Gi", "pods": "110"}
+
+
+class TestbinError(Exception):
+    """FGPU_TESTBIN is missing or incomplete; the message says what to do."""
+
+
+class ComponentError(Exception):
+    """A control-plane process did not start or did not become ready; the message carries its log tail."""
+
+
+def find_testbin(raw: str | None) -> Path:
+    """The testbin directory named by FGPU_TESTBIN, checked to hold every executable."""
+    if not raw:
+        raise TestbinError(
+            "FGPU_TESTBIN is not set: run `make testbin` and export FGPU_TESTBIN=<the directory it prints last>"
+            " (`make test` does both)"
+        )
+    path = Path(raw).expanduser()
+    if not path.is_dir():
+        raise TestbinError(f"FGPU_TESTBIN={raw} is not a directory; `make testbin` prints the right one")
+    missing = [b for b in BINARIES if not os.access(path / b, os.X_OK)]
+    if not (path / KWOK_STAGES).is_file():
+        missing.append(KWOK_STAGES)
+    if missing:
+        raise TestbinError(
+            f"FGPU_TESTBIN={raw} lacks {', '.join(missing)}; rebuild it with `make testbin`"
+        )
+    return path.resolve()
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the process binds it right after)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """Child-side: get SIGTERM if pytest dies, so no control-plane process outlives the test run."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _probe_context() -> ssl.SSLContext:
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE  # health probes only; clients verify through the kubeconfig's CA
+    return ctx
+
+
+def http_ok(url: str, token: str | None = None, timeout: float = 2.0) -> bool:
+    """True if GET url answers 200."""
+    req = urllib.request.Request(url)
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout, context=_probe_context()) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+class Component:
+    """One control-plane process, its argv and its log file."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path):
+        self.name = name
+        self.argv = argv
+        self.log_path = log_path
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it for its whole life
+        try:
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent,
+            )
+        finally:
+            log.close()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, grace: float = 10.0) -> None:
+        if not self.alive():
+            return
+        assert self.proc is not None
+        self.proc.terminate()
+        try:
+            self.proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return "(no log)"
+        return "\n".join(text[-lines:])
+
+    def wait_ready(self, check: Callable[[], bool], timeout: float, what: str) -> None:
+        """Poll check() until true; fail early if the process exits, naming its log."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive():
+                code = self.proc.returncode if self.proc else None
+                raise ComponentError(
+                    f"{self.name} exited with code {code} before {what}; log {self.log_path}:\n{self.tail()}"
+                )
+            if check():
+                return
+            time.sleep(0.2)
+        raise ComponentError(f"{self.name}: no {what} after {timeout:.0f} s; log {self.log_path}:\n{self.tail()}")
+
+
+class ControlPlane:
+    """etcd + kube-apiserver, plus optional controller-manager, scheduler and KWOK.
+
+    `start()` brings up etcd and the apiserver and writes `kubeconfig` (admin: a static bearer token in
+    group system:masters, RBAC on); `start_*()` add the optional parts; `stop()` stops them in reverse
+    order, the apiserver before etcd.
+    """
+
+    def __init__(self, testbin: Path, workdir: Path, datadir: Path):
+        self.testbin = testbin
+        self.workdir = workdir  # logs, certificates, kubeconfig: kept after the run for post-mortems
+        self.datadir = datadir  # etcd's data: large, removed by the caller
+        self.token = secrets.token_hex(16)
+        self.components: list[Component] = []
+        self.server = ""
+        self.kubeconfig = workdir / "admin.kubeconfig"
+        self._by_name: dict[str, Component] = {}
+
+    # ---- helpers -------------------------------------------------------------------------------------
+    def bin(self, name: str) -> str:
+        """Absolute path of one testbin executable (kube-apiserver, etcd, kwok, helm, ...)."""
+        if name not in BINARIES:
+            raise ValueError(f"unknown binary {name!r}; allowed: {', '.join(BINARIES)}")
+        return str(self.testbin / name)
+
+    def api(self):
+        """A new kubernetes.client.ApiClient logged in as the admin (close it, or use it as a context)."""
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=str(self.kubeconfig))
+
+    def running(self, name: str) -> bool:
+        comp = self._by_name.get(name)
+        return comp is not None and comp.alive()
+
+    def log_tails(self, lines: int = 30) -> str:
+        """The last lines of every component's log, for failure reports."""
+        return "\n".join(
+            f"----- {c.name} ({c.log_path}) -----\n{c.tail(lines)}" for c in self.components
+        )
+
+    def _launch(self, name: str, argv: list[str]) -> Component:
+        comp = Component(name, argv, self.workdir / f"{name}.log")
+        (self.workdir / f"{name}.argv").write_text(" \\\n  ".join(argv) + "\n")
+        comp.start()
+        self.components.append(comp)
+        self._by_name[name] = comp
+        return comp
+
+    # ---- etcd + apiserver ----------------------------------------------------------------------------
+    def start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._start_etcd()
+        self._start_apiserver()
+        self._write_kubeconfig()
+        self._ensure_default_service_account()
+
+    def _start_etcd(self) -> None:
+        client, peer = free_port(), free_port()
+        self.etcd_url = f"http://127.0.0.1:{client}"
+        etcd = self._launch("etcd", [
+            self.bin("etcd"),
+            "--name=default",
+            f"--data-dir={self.datadir / 'etcd'}",
+            f"--listen-client-urls={self.etcd_url}",
+            f"--advertise-client-urls={self.etcd_url}",
+            f"--listen-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-cluster=default=http://127.0.0.1:{peer}",
+            "--unsafe-no-fsync",  # test data: durability is not the point, speed on a shared disk is
+            "--log-level=warn",
+        ])
+        etcd.wait_ready(lambda: http_ok(f"{self.etcd_url}/health"), 30, "/health answering")
+
+    def _start_apiserver(self) -> None:
+        certs = self.workdir / "certs"
+        certs.mkdir(exist_ok=True)
+        sa_key = self.workdir / "sa.key"
+        _generate_rsa_key(sa_key)
+        tokens = self.workdir / "tokens.csv"
+        tokens.write_text(f'{self.token},admin,admin,"system:masters"\n')
+        tokens.chmod(0o600)
+        port = free_port()
+        self.server = f"https://127.0.0.1:{port}"
+        self.ca_file = certs / "apiserver.crt"  # self-signed by the apiserver: its cert then its CA
+        apiserver = self._launch("kube-apiserver", [
+            self.bin("kube-apiserver"),
+            f"--etcd-servers={self.etcd_url}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={port}",
+            f"--cert-dir={certs}",
+            f"--token-auth-file={tokens}",
+            "--authorization-mode=RBAC",
+            f"--service-account-key-file={sa_key}",
+            f"--service-account-signing-key-file={sa_key}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--allow-privileged=true",
+            # a loopback advertise address is not a valid Endpoints address: don't reconcile `kubernetes`
+            "--endpoint-reconciler-type=none",
+            "--profiling=false",
+        ])
+        apiserver.wait_ready(lambda: http_ok(f"{self.server}/readyz", self.token), 120, "/readyz answering ok")
+
+    def _write_kubeconfig(self) -> None:
+        cfg = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "fgpu-e2e", "cluster": {
+                "server": self.server, "certificate-authority": str(self.ca_file)}}],
+            "users": [{"name": "admin", "user": {"token": self.token}}],
+            "contexts": [{"name": "fgpu-e2e", "context": {"cluster": "fgpu-e2e", "user": "admin"}}],
+            "current-context": "fgpu-e2e",
+        }
+        self.kubeconfig.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        self.kubeconfig.chmod(0o600)
+
+    def _ensure_default_service_account(self, namespace: str = "default", timeout: float = 30) -> None:
+        """The ServiceAccount admission plugin refuses pods in a namespace without `default` SA; the
+        controller-manager creates it, but it may not be running, so do it here (idempotently)."""
+        from kubernetes import client
+        from kubernetes.client.rest import ApiException
+
+        with self.api() as api:
+            core = client.CoreV1Api(api)
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    core.create_namespaced_service_account(
+                        namespace, {"metadata": {"name": "default"}})
+                    return
+                except ApiException as e:
+                    if e.status == 409:
+                        return
+                    # 404/403: the namespace is not there yet (the apiserver creates `default` itself)
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+
+    def create_namespace(self, name: str, labels: dict[str, str] | None = None) -> str:
+        """Create a namespace that can take pods at once (its `default` ServiceAccount exists)."""
+        from kubernetes import client
+
+        with self.api() as api:
+            client.CoreV1Api(api).create_namespace(
+                {"metadata": {"name": name, "labels": labels or {}}})
+        self._ensure_default_service_account(name)
+        return name
+
+    # ---- optional components -------------------------------------------------------------------------
+    def start_controller_manager(self) -> None:
+        if self.running("kube-controller-manager"):
+            return
+        port = free_port()
+        cm = self._launch("kube-controller-manager", [
+            self.bin("kube-controller-manager"),
+            f"--kubeconfig={self.kubeconfig}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+            f"--service-account-private-key-file={self.workdir / 'sa.key'}",
+            f"--root-ca-file={self.ca_file}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--cluster-name=fgpu-e2e",
+            "--profiling=false",
+        ])
+        cm.wait_ready(lambda: http_ok(f"https://127.0.0.1:{port}/healthz"), 90, "/healthz answering ok")
+
+    def start_scheduler(self) -> None:
+        if self.running("kube-scheduler"):
+            return
+        port = free_port()
+        sched = self._launch("kube-scheduler", [
+            self.bin("kube-scheduler"),
+            f"--kubeconfig={self.kubeconfig}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+            "--profiling=false",
+        ])
+        sched.wait_ready(lambda: http_ok(f"https://127.0.0.1:{port}/readyz"), 90, "/readyz answering ok")
+
+    def start_kwok(self) -> None:
+        """KWOK manages nodes annotated kwok.x-k8s.io/node=fake (marks them Ready, heartbeats them) and runs
+        the pods bound to them (Pending -> Running, pod IPs), with the upstream stages from testbin."""
+        if self.running("kwok"):
+            return
+        port = free_port()
+        key, value = KWOK_NODE_ANNOTATION
+        kwok = self._launch("kwok", [
+            self.bin("kwok"),
+            f"--kubeconfig={self.kubeconfig}",
+            f"--config={self.testbin / KWOK_STAGES}",
+            "--manage-all-nodes=false",
+            f"--manage-nodes-with-annotation-selector={key}={value}",
+            "--disregard-status-with-annotation-selector=kwok.x-k8s.io/status=custom",
+            "--cidr=10.244.0.0/16",
+            "--node-ip=10.0.1.1",
+            f"--server-address=127.0.0.1:{port}",
+        ])
+        kwok.wait_ready(lambda: http_ok(f"http://127.0.0.1:{port}/healthz"), 60, "/healthz answering ok")
+
+    def make_kwok_node(
+        self,
+        name: str,
+        capacity: dict[str, str | int],
+        labels: dict[str, str] | None = None,
+        timeout: float = 30,
+    ):
+        """Create a fake node KWOK manages, with `capacity` (merged over 32 CPUs / 256Gi / 110 pods) in both
+        capacity and allocatable; wait until it is Ready and schedulable (no not-ready taint).
+        Returns the V1Node."""
+        from kubernetes import client
+
+        self.start_kwok()
+        resources = {**BASE_NODE_CAPACITY, **{k: str(v) for k, v in capacity.items()}}
+        key, value = KWOK_NODE_ANNOTATION
+        body = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "annotations": {key: value, "node.alpha.kubernetes.io/ttl": "0"},
+                "labels": {
+                    "type": "kwok",
+                    "kubernetes.io/hostname": name,
+                    "kubernetes.io/os": "linux",
+                    "kubernetes.io/arch": "amd64",
+                    **(labels or {}),
+                },
+            },
+            "status": {"capacity": resources, "allocatable": dict(resources)},
+        }
+        with self.api() as api:
+            core = client.CoreV1Api(api)
+            core.create_node(body)
+            deadline = time.monotonic() + timeout
+            while True:
+                node = core.read_node(name)
+                ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+                taints = node.spec.taints or []
+                if ready and not any(t.key == NOT_READY_TAINT for t in taints):
+                    return node
+                if ready:
+                    # The TaintNodesByCondition admission plugin taints every new node not-ready; only the
+                    # controller-manager lifts it, and it may not be running. KWOK made the node Ready, so
+                    # lifting it here is what the controller-manager would do.
+                    keep = [t.to_dict() for t in taints if t.key != NOT_READY_TAINT]
+                    core.patch_node(name, {"spec": {"taints": keep or None}})
+                if time.monotonic() > deadline:
+                    raise ComponentError(
+                        f"KWOK node {name} not Ready and untainted after {timeout:.0f} s: "
+                        f"conditions={json.dumps([c.to_dict() for c in node.status.conditions or []], default=str)}"
+                        f" taints={[t.key for t in taints]}\n{self._by_name['kwok'].tail()}"
+                    )
+                time.sleep(0.2)
+
+    def stop(self) -> None:
+        """Stop everything, newest first: KWOK/scheduler/controller-manager, then the apiserver, then etcd."""
+        for comp in reversed(self.components):
+            comp.stop()
+
+
+def _generate_rsa_key(path: Path) -> None:
+    """The service-account signing key (openssl is in every Debian/Ubuntu base image)."""
+    try:
+        subprocess.run(
+            ["openssl", "genrsa", "-out", str(path), "2048"],
+            check=True, capture_output=True, timeout=60,
+        )
+    except FileNotFoundError as e:
+        raise ComponentError("the `openssl` command is needed to make the service-account key") from e
+    except subprocess.CalledProcessError as e:
+        raise ComponentError(f"openssl genrsa failed: {e.stderr.decode(errors='replace').strip()}") from e
+    path.chmod(0o600)
