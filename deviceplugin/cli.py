@@ -1,0 +1,123 @@
+"""`fgpu-device-plugin`: advertise a node's emulated GPUs to the kubelet.
+
+    fgpu-device-plugin --config FILE --node-name NAME [--device-plugin-path DIR] [--daemon-socket PATH]
+                       [--kubeconfig FILE | --standalone]
+
+Bad input (an invalid config, a missing directory) is one line on stderr and exit code 2.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+
+from deviceplugin.allocate import AllocContext
+from deviceplugin.health import start_health
+from deviceplugin.labels import inventory, inventory_annotation, node_labels
+from deviceplugin.resources import discover, node_devices, node_level_resources
+from deviceplugin.server import HealthBoard, PluginManager, make_shared
+from simgpu.errors import SimgpuError
+from simgpu.nodeconfig import load_node_config, resolve_node_name
+from simgpu.token import load_or_create_secret
+
+log = logging.getLogger("fgpu.deviceplugin")
+DEFAULT_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fgpu-device-plugin", description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", required=True, help="node config YAML (see docs/deviceplugin.md)")
+    p.add_argument("--node-name", help="this node's name (default: config nodeName, $NODE_NAME, hostname)")
+    p.add_argument("--device-plugin-path", default=DEFAULT_PLUGIN_DIR,
+                   help=f"directory holding kubelet.sock (default {DEFAULT_PLUGIN_DIR})")
+    p.add_argument("--daemon-socket", help="the simgpu node daemon's socket (mounted into containers)")
+    p.add_argument("--kubeconfig", help="kubeconfig (default: $KUBECONFIG, in-cluster, else standalone)")
+    p.add_argument("--standalone", action="store_true", help="never talk to the Kubernetes API")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return p
+
+
+class Plugin:
+    """Everything one node runs, assembled from the config; start() returns once servers are up."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.cfg = load_node_config(args.config)
+        self.node = resolve_node_name(self.cfg, args.node_name)
+        self.resources = discover(self.cfg, self.node)
+        self.gpus = self.cfg.gpu_devices(self.node)
+        secret = load_or_create_secret(self.cfg.token_secret_file)
+        ctx = AllocContext(node_name=self.node, secret=secret, daemon_socket=args.daemon_socket,
+                           memory_quota=self.cfg.memory_quota)
+        self.api = None
+        if not args.standalone:
+            from deviceplugin.kube import load_api_client
+
+            self.api = load_api_client(args.kubeconfig)
+        pods = None
+        if self.api is not None and any(r.fractional for r in self.resources):
+            from deviceplugin.kube import KubePods
+
+            pods = KubePods(self.api, self.node)
+        self.board = HealthBoard()
+        self.shared = make_shared(ctx, node_devices(self.cfg, self.node), pods, self.board)
+        self.manager = PluginManager(self.resources, self.shared, args.device_plugin_path)
+        self.daemon_socket = args.daemon_socket
+
+    def start(self) -> None:
+        self.manager.start()
+        start_health(self.daemon_socket, self.board, self.shared.stop)
+        if self.api is not None:
+            threading.Thread(target=self._publish_loop, name="publish", daemon=True).start()
+        log.info("node %s: %s (%s)", self.node, ", ".join(f"{r.name}={len(r.slots)}" for r in self.resources),
+                 "with Kubernetes API" if self.api is not None else "standalone")
+
+    def _publish_loop(self) -> None:
+        from deviceplugin.kube import KubeNode
+
+        node = KubeNode(self.api, self.node)
+        version = -1
+        while not self.shared.stop.is_set():
+            current, health = self.board.snapshot()
+            try:
+                node.publish(node_labels(self.cfg, self.gpus),
+                             inventory_annotation(inventory(self.cfg, self.node, self.gpus, self.resources, health)))
+                node.publish_capacity(node_level_resources(self.cfg, self.node))
+                version = current
+            except Exception as err:
+                log.warning("cannot publish labels/inventory on node %s: %s", self.node, err)
+                self.shared.stop.wait(5.0)
+                continue
+            # republish on every health change, and every 60 s (a kubelet restart may reset capacity)
+            self.board.wait_change(version, timeout=60.0)
+
+    def stop(self) -> None:
+        self.manager.stop()
+        pods = self.shared.pods
+        if pods is not None and hasattr(pods, "close"):
+            pods.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        plugin = Plugin(args)
+        plugin.start()
+    except SimgpuError as err:
+        print(f"fgpu-device-plugin: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        print(f"fgpu-device-plugin: error: {err}", file=sys.stderr)
+        return 2
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    done.wait()
+    plugin.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""Thin Kubernetes shell: pending pods on this node (for fractional Allocate), the `fgpu.io/allocated` record,
+node labels + inventory annotation, and fractional mode's node-level extended resources.
+
+Allocate must answer in milliseconds with a hundred pods pending, so pods come from a watch-fed cache
+(raw JSON, no model deserialisation); a cache miss triggers one fresh LIST before Allocate gives up.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from concurrent import futures
+
+from deviceplugin.handoff import ALLOCATED, PodView
+
+log = logging.getLogger("fgpu.deviceplugin.kube")
+
+
+def load_api_client(kubeconfig: str | None):
+    """An ApiClient from --kubeconfig, $KUBECONFIG, or the in-cluster service account; None = standalone."""
+    from kubernetes import client, config
+
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    if path:
+        return config.new_client_from_config(config_file=path)
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        cfg = client.Configuration()
+        config.load_incluster_config(client_configuration=cfg)
+        return client.ApiClient(cfg)
+    return None
+
+
+def pod_view(obj: dict) -> PodView:
+    meta, spec, status = obj.get("metadata", {}), obj.get("spec", {}), obj.get("status", {})
+    return PodView(
+        namespace=meta.get("namespace", ""), name=meta.get("name", ""), uid=meta.get("uid", ""),
+        node_name=spec.get("nodeName", "") or "", phase=status.get("phase", "") or "",
+        annotations=dict(meta.get("annotations") or {}), created=meta.get("creationTimestamp", "") or "",
+    )
+
+
+class KubePods:
+    """PodSource over the API: pods bound to `node`, kept by a background watch."""
+
+    def __init__(self, api_client, node: str, watch: bool = True) -> None:
+        from kubernetes import client
+
+        self.core = client.CoreV1Api(api_client)
+        self.node = node
+        self._pods: dict[str, PodView] = {}
+        self._lock = threading.Lock()
+        self._rv = ""
+        self._stop = threading.Event()
+        self._patcher = futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="pod-patch")
+        self._synced = False
+        if watch:
+            threading.Thread(target=self._watch_loop, name="pod-watch", daemon=True).start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._patcher.shutdown(wait=True)
+
+    def _selector(self) -> str:
+        return f"spec.nodeName={self.node}"
+
+    def refresh(self) -> None:
+        resp = self.core.list_pod_for_all_namespaces(field_selector=self._selector(), _preload_content=False)
+        doc = json.loads(resp.data)
+        with self._lock:
+            self._pods = {p.uid: p for p in map(pod_view, doc.get("items", [])) if p.phase == "Pending"}
+            self._rv = doc.get("metadata", {}).get("resourceVersion", "")
+            self._synced = True
+
+    def pending_pods(self, node: str, fresh: bool = False) -> list[PodView]:
+        if fresh or not self._synced:
+            self.refresh()
+        with self._lock:
+            return list(self._pods.values())
+
+    def _apply(self, kind: str, obj: dict) -> None:
+        pod = pod_view(obj)
+        with self._lock:
+            if kind == "DELETED" or pod.phase != "Pending":
+                self._pods.pop(pod.uid, None)
+            else:
+                self._pods[pod.uid] = pod
+            self._rv = obj.get("metadata", {}).get("resourceVersion", self._rv)
+
+    def _watch_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if not self._synced or not self._rv:
+                    self.refresh()
+                resp = self.core.list_pod_for_all_namespaces(
+                    field_selector=self._selector(), watch=True, resource_version=self._rv,
+                    allow_watch_bookmarks=True, timeout_seconds=60, _preload_content=False)
+                buf = b""
+                for chunk in resp.stream(65536):
+                    buf += chunk
+                    *lines, buf = buf.split(b"\n")
+                    for line in lines:
+                        if not line.strip():
+                            continue
+                        event = json.loads(line)
+                        if event.get("type") == "ERROR":  # e.g. 410 Gone: relist
+                            self._synced = False
+                            break
+                        if event.get("type") == "BOOKMARK":
+                            self._rv = event["object"]["metadata"].get("resourceVersion", self._rv)
+                            continue
+                        self._apply(event.get("type", ""), event.get("object", {}))
+                    if self._stop.is_set() or not self._synced:
+                        break
+                resp.release_conn()
+            except Exception as err:  # network blips, apiserver restarts: relist and go on
+                log.debug("pod watch restarting: %s", err)
+                self._synced = False
+                self._stop.wait(1.0)
+
+    def mark_allocated(self, pod: PodView, container: str) -> None:
+        """Record the allocated container on the pod, off Allocate's critical path."""
+        done = sorted(pod.allocated_containers() | {container})
+        body = {"metadata": {"annotations": {ALLOCATED: json.dumps(done)}}}
+        self._patcher.submit(self._patch_pod, pod, body)
+
+    def _patch_pod(self, pod: PodView, body: dict) -> None:
+        try:
+            self.core.patch_namespaced_pod(pod.name, pod.namespace, body)
+        except Exception as err:
+            log.warning("cannot record allocation on %s/%s: %s", pod.namespace, pod.name, err)
+
+
+class KubeNode:
+    """Labels, the inventory annotation and node-level extended resources on this node's object."""
+
+    def __init__(self, api_client, node: str) -> None:
+        from kubernetes import client
+
+        self.core = client.CoreV1Api(api_client)
+        self.node = node
+
+    def publish(self, labels: dict[str, str], annotations: dict[str, str]) -> None:
+        self.core.patch_node(self.node, {"metadata": {"labels": labels, "annotations": annotations}})
+
+    def publish_capacity(self, resources: dict[str, int]) -> None:
+        if not resources:
+            return
+        values = {k: str(v) for k, v in resources.items()}
+        self.core.patch_node_status(self.node, {"status": {"capacity": values, "allocatable": values}})

@@ -1,0 +1,303 @@
+"""The gRPC shell: one DevicePlugin server per advertised resource on a unix socket in the device-plugin
+directory, registration with the kubelet, and re-registration when the kubelet restarts (it recreates
+kubelet.sock and wipes plugin sockets, so servers are rebuilt and registered again).
+
+The decisions (which devices, which env) live in resources.py / allocate.py / handoff.py; this file only
+moves them over the wire.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from concurrent import futures
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import grpc
+
+from deviceplugin.allocate import (
+    AllocateError,
+    AllocContext,
+    allocate_assignment,
+    allocate_slots,
+    preferred_allocation,
+)
+from deviceplugin.api import api_pb2, api_pb2_grpc
+from deviceplugin.handoff import Match, PodView, find_assignment
+from deviceplugin.labels import Health
+from deviceplugin.resources import Resource, Slot
+
+log = logging.getLogger("fgpu.deviceplugin")
+
+API_VERSION = "v1beta1"
+KUBELET_SOCKET = "kubelet.sock"
+HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
+
+
+class HealthBoard:
+    """Health per device UUID (GPU or MIG); ListAndWatch streams wait on it and push every change."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._health: dict[str, Health] = {}
+        self.version = 0
+
+    def update(self, health: Mapping[str, Health]) -> None:
+        with self._cond:
+            if dict(health) != self._health:
+                self._health = dict(health)
+                self.version += 1
+                self._cond.notify_all()
+
+    def snapshot(self) -> tuple[int, dict[str, Health]]:
+        with self._cond:
+            return self.version, dict(self._health)
+
+    def wait_change(self, version: int, timeout: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self.version != version, timeout)
+
+    def wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+
+class PodSource(Protocol):
+    """Where fractional Allocate finds the scheduler's assignment (the Kubernetes API, or a test stub)."""
+
+    def pending_pods(self, node: str, fresh: bool = False) -> list[PodView]: ...
+
+    def mark_allocated(self, pod: PodView, container: str) -> None: ...
+
+
+def slot_health(slot: Slot, health: Mapping[str, Health]) -> str:
+    for uuid in (slot.gpu_uuid, slot.device_uuid):
+        h = health.get(uuid)
+        if h is not None and not h.healthy:
+            return UNHEALTHY
+    return HEALTHY
+
+
+@dataclass
+class _Shared:
+    ctx: AllocContext
+    board: HealthBoard
+    devices: dict[str, Slot]  # every GPU / MIG UUID on the node
+    pods: PodSource | None
+    stop: threading.Event
+    taken: set[tuple[str, str]] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    on_allocate: Callable[[str, float], None] | None = None  # (resource, seconds): for the benchmark
+
+
+class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
+    def __init__(self, resource: Resource, shared: _Shared) -> None:
+        self.resource = resource
+        self.shared = shared
+        self.closed = threading.Event()
+
+    def options(self) -> api_pb2.DevicePluginOptions:
+        return api_pb2.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
+
+    def GetDevicePluginOptions(self, request, context):
+        return self.options()
+
+    def _devices(self, health: Mapping[str, Health]) -> api_pb2.ListAndWatchResponse:
+        return api_pb2.ListAndWatchResponse(
+            devices=[api_pb2.Device(ID=s.id, health=slot_health(s, health)) for s in self.resource.slots])
+
+    def ListAndWatch(self, request, context) -> Iterator[api_pb2.ListAndWatchResponse]:
+        board = self.shared.board
+        version, health = board.snapshot()
+        last = self._devices(health)
+        yield last
+        while context.is_active() and not self.closed.is_set() and not self.shared.stop.is_set():
+            if not board.wait_change(version, timeout=0.5):
+                continue
+            version, health = board.snapshot()
+            current = self._devices(health)
+            if current != last:
+                last = current
+                yield current
+
+    def GetPreferredAllocation(self, request, context):
+        out = api_pb2.PreferredAllocationResponse()
+        for req in request.container_requests:
+            ids = preferred_allocation(self.resource, list(req.available_deviceIDs),
+                                       list(req.must_include_deviceIDs), req.allocation_size)
+            out.container_responses.add(deviceIDs=ids)
+        return out
+
+    def Allocate(self, request, context):
+        start = time.perf_counter()
+        out = api_pb2.AllocateResponse()
+        try:
+            for req in request.container_requests:
+                alloc = self._allocate_one(list(req.devices_ids))
+                resp = out.container_responses.add()
+                resp.envs.update(alloc.envs)
+                for container_path, host_path, read_only in alloc.mounts:
+                    resp.mounts.add(container_path=container_path, host_path=host_path, read_only=read_only)
+        except AllocateError as err:
+            log.warning("Allocate %s refused: %s", self.resource.name, err)
+            code = grpc.StatusCode.INVALID_ARGUMENT if err.field == "devices_ids" else \
+                grpc.StatusCode.FAILED_PRECONDITION
+            context.abort(code, str(err))
+        if self.shared.on_allocate:
+            self.shared.on_allocate(self.resource.name, time.perf_counter() - start)
+        return out
+
+    def _allocate_one(self, ids: list[str]):
+        shared = self.shared
+        if not self.resource.fractional:
+            return allocate_slots(self.resource, ids, shared.ctx)
+        if shared.pods is None:
+            raise AllocateError(f"{self.resource.name} is fractional and needs the Kubernetes API to read the "
+                                "scheduler's fgpu.io/assignment; this plugin runs standalone (no kubeconfig)",
+                                field="fgpu.io/assignment")
+        with shared.lock:
+            match = self._match(ids, fresh=False) or self._match(ids, fresh=True)
+            alloc = allocate_assignment(self.resource, ids, match, shared.ctx, shared.devices)
+            shared.taken.add((match.pod.uid, match.container.name))
+        shared.pods.mark_allocated(match.pod, match.container.name)
+        log.info("Allocate %s: %s/%s container %s -> %s", self.resource.name, match.pod.namespace,
+                 match.pod.name, match.container.name, alloc.envs.get("NVIDIA_VISIBLE_DEVICES"))
+        return alloc
+
+    def _match(self, ids: list[str], fresh: bool) -> Match | None:
+        pods = self.shared.pods.pending_pods(self.shared.ctx.node_name, fresh=fresh)
+        return find_assignment(pods, self.shared.ctx.node_name, len(ids), self.shared.taken)
+
+    def PreStartContainer(self, request, context):
+        for device_id in request.devices_ids:
+            if self.resource.slot(device_id) is None:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                              f"unknown device ID {device_id!r} for {self.resource.name}")
+        return api_pb2.PreStartContainerResponse()
+
+
+class ResourceServer:
+    """One resource's gRPC server on DIR/<socket_name>."""
+
+    def __init__(self, resource: Resource, shared: _Shared, plugin_dir: str) -> None:
+        self.resource = resource
+        self.shared = shared
+        self.socket_path = os.path.join(plugin_dir, resource.socket_name)
+        self.service: DevicePluginService | None = None
+        self.server: grpc.Server | None = None
+        self.inode: int | None = None
+
+    def start(self) -> None:
+        if os.path.exists(self.socket_path):
+            os.unlink(self.socket_path)
+        self.service = DevicePluginService(self.resource, self.shared)
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="dp"))
+        api_pb2_grpc.add_DevicePluginServicer_to_server(self.service, self.server)
+        self.server.add_insecure_port(f"unix://{self.socket_path}")
+        self.server.start()
+        self.inode = _inode(self.socket_path)
+
+    def stop(self) -> None:
+        if self.service is not None:
+            self.service.closed.set()
+            self.shared.board.wake()
+        if self.server is not None:
+            self.server.stop(grace=0.2).wait()
+        self.server = self.service = None
+
+    def socket_intact(self) -> bool:
+        return self.inode is not None and _inode(self.socket_path) == self.inode
+
+    def register(self, kubelet_socket: str, timeout: float = 5.0) -> None:
+        with grpc.insecure_channel(f"unix://{kubelet_socket}") as channel:
+            stub = api_pb2_grpc.RegistrationStub(channel)
+            stub.Register(api_pb2.RegisterRequest(
+                version=API_VERSION, endpoint=self.resource.socket_name, resource_name=self.resource.name,
+                options=self.service.options()), timeout=timeout)
+
+
+def _inode(path: str) -> int | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_ino
+
+
+class PluginManager:
+    """Starts every resource server, registers them, and re-registers when kubelet.sock is recreated or a
+    plugin socket disappears (polled every `poll_s`: inotify would add a dependency for a 0.1 s gain)."""
+
+    def __init__(self, resources: list[Resource], shared: _Shared, plugin_dir: str, poll_s: float = 0.1) -> None:
+        self.plugin_dir = plugin_dir
+        self.kubelet_socket = os.path.join(plugin_dir, KUBELET_SOCKET)
+        self.servers = [ResourceServer(r, shared, plugin_dir) for r in resources]
+        self.shared = shared
+        self.poll_s = poll_s
+        self.registrations = 0  # successful registration rounds (for tests and the benchmark)
+        self.registered_at: float | None = None
+        self._kubelet_inode: int | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        os.makedirs(self.plugin_dir, exist_ok=True)
+        for server in self.servers:
+            server.start()
+        self._thread = threading.Thread(target=self._watch, name="kubelet-watch", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.shared.stop.set()
+        self.shared.board.wake()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        for server in self.servers:
+            server.stop()
+            if os.path.exists(server.socket_path):
+                os.unlink(server.socket_path)
+
+    def _register_all(self) -> bool:
+        try:
+            for server in self.servers:
+                server.register(self.kubelet_socket)
+        except grpc.RpcError as err:
+            log.warning("registration with %s failed: %s", self.kubelet_socket, _rpc_text(err))
+            return False
+        self.registrations += 1
+        self.registered_at = time.monotonic()
+        log.info("registered %s with the kubelet", ", ".join(s.resource.name for s in self.servers))
+        return True
+
+    def _watch(self) -> None:
+        registered_inode: int | None = None
+        restarted_for: int | None = None
+        retry_at = 0.0
+        while not self.shared.stop.is_set():
+            inode = _inode(self.kubelet_socket)
+            broken = [s for s in self.servers if not s.socket_intact()]
+            if inode is not None and (inode != registered_inode or broken) and time.monotonic() >= retry_at:
+                stale = registered_inode is not None and restarted_for != inode
+                if broken or stale:
+                    log.info("kubelet restarted or plugin sockets removed: restarting servers and re-registering")
+                    for server in self.servers:
+                        server.stop()
+                        server.start()
+                    restarted_for = inode
+                if self._register_all():
+                    registered_inode = restarted_for = inode
+                else:
+                    retry_at = time.monotonic() + 1.0
+            self.shared.stop.wait(self.poll_s)
+
+
+def _rpc_text(err: grpc.RpcError) -> str:
+    details = getattr(err, "details", None)
+    return details() if callable(details) else str(err)
+
+
+def make_shared(ctx: AllocContext, devices: dict[str, Slot], pods: PodSource | None,
+                board: HealthBoard | None = None) -> _Shared:
+    return _Shared(ctx=ctx, board=board or HealthBoard(), devices=devices, pods=pods, stop=threading.Event())
