@@ -1,0 +1,149 @@
+"""Loading and validating trace CSVs (Alibaba openb format) into the placement core's model.
+
+Node lists: `sn,cpu_milli,memory_mib,gpu,model`. Pod lists: `name,cpu_milli,memory_mib,num_gpu,gpu_milli`
+and optionally `gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time` (see data/openb/NOTICE).
+Every problem is one `PlacementInputError` line naming the file, the column and the offending rows.
+"""
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from fgpu_operator.placement.errors import PlacementInputError
+from fgpu_operator.placement.model import GPU_MEMORY_MIB, MILLI, NodeSpec, Request
+
+NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
+POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+TIME_COLUMNS = ("creation_time", "deletion_time")
+QOS_CLASSES = ("LS", "BE", "Burstable", "Guaranteed")
+_SHOWN = 5  # rows named in an error message before "..."
+
+
+@dataclass(frozen=True)
+class PodRecord:
+    request: Request
+    creation_time: float | None = None
+    deletion_time: float | None = None
+
+
+@dataclass(frozen=True)
+class Trace:
+    name: str
+    pods: tuple[PodRecord, ...]
+
+    @property
+    def requests(self) -> list[Request]:
+        return [p.request for p in self.pods]
+
+    @property
+    def has_times(self) -> bool:
+        return all(p.creation_time is not None for p in self.pods)
+
+
+def bundled_path(filename: str) -> Path:
+    """A file of the bundled openb data (GPU node list and default pod trace)."""
+    return Path(str(resources.files("fgpu_operator.data.openb").joinpath(filename)))
+
+
+DEFAULT_NODES = "openb_node_list_gpu_node.csv"
+DEFAULT_PODS = "openb_pod_list_default.csv"
+
+
+def trace_name(path: Path) -> str:
+    stem = path.stem
+    return stem.removeprefix("openb_pod_list_") if stem.startswith("openb_pod_list_") else stem
+
+
+def _rows(path: Path, required: tuple[str, ...], what: str) -> list[dict[str, str]]:
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            header = reader.fieldnames or []
+            missing = [c for c in required if c not in header]
+            if missing:
+                raise PlacementInputError(f"{path}: missing column(s) {', '.join(missing)}",
+                                          field=what, allowed=[", ".join(required)])
+            return list(reader)
+    except OSError as exc:
+        raise PlacementInputError(f"cannot read {path}: {exc.strerror or exc}", field=what) from None
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise PlacementInputError(f"{path} is not a readable CSV file ({exc})", field=what) from None
+
+
+def _rows_named(rows: list[int]) -> str:
+    shown = ", ".join(str(r) for r in rows[:_SHOWN])
+    return f"row{'s' if len(rows) > 1 else ''} {shown}{', ...' if len(rows) > _SHOWN else ''}"
+
+
+def _int_column(rows: list[dict[str, str]], column: str, path: Path, what: str, *, optional=False) -> list:
+    values, bad = [], []
+    for i, row in enumerate(rows, start=2):  # row numbers as a spreadsheet shows them (header is row 1)
+        text = (row.get(column) or "").strip()
+        if optional and text == "":
+            values.append(None)
+            continue
+        try:
+            value = float(text)
+            if value < 0 or value != int(value):
+                raise ValueError
+            values.append(int(value))
+        except ValueError:
+            bad.append(i)
+    if bad:
+        raise PlacementInputError(f"{path}: column {column} must hold non-negative integers; "
+                                  f"bad value in {_rows_named(bad)}", field=what)
+    return values
+
+
+def load_nodes(path: str | Path | None = None) -> list[NodeSpec]:
+    path = Path(path) if path else bundled_path(DEFAULT_NODES)
+    rows = _rows(path, NODE_COLUMNS, "nodes")
+    if not rows:
+        raise PlacementInputError(f"{path} has no nodes", field="nodes")
+    cpu = _int_column(rows, "cpu_milli", path, "nodes")
+    mem = _int_column(rows, "memory_mib", path, "nodes")
+    gpus = _int_column(rows, "gpu", path, "nodes")
+    unknown = [i for i, (row, g) in enumerate(zip(rows, gpus, strict=True), start=2)
+               if g > 0 and row["model"].strip() not in GPU_MEMORY_MIB]
+    if unknown:
+        names = sorted({rows[i - 2]["model"].strip() or "<empty>" for i in unknown})
+        raise PlacementInputError(f"{path}: unknown GPU model {', '.join(names)} in {_rows_named(unknown)}",
+                                  field="nodes", allowed=sorted(GPU_MEMORY_MIB))
+    return [NodeSpec(row["sn"], c, m, g, row["model"].strip() if g > 0 else "")
+            for row, c, m, g in zip(rows, cpu, mem, gpus, strict=True)]
+
+
+def load_pods(path: str | Path | None = None, *, need_times: bool = False) -> Trace:
+    path = Path(path) if path else bundled_path(DEFAULT_PODS)
+    required = POD_COLUMNS + (TIME_COLUMNS if need_times else ())
+    rows = _rows(path, required, "pods")
+    cpu = _int_column(rows, "cpu_milli", path, "pods")
+    mem = _int_column(rows, "memory_mib", path, "pods")
+    num = _int_column(rows, "num_gpu", path, "pods")
+    milli = _int_column(rows, "gpu_milli", path, "pods")
+    created = _int_column(rows, "creation_time", path, "pods", optional=True) if need_times else None
+    deleted = _int_column(rows, "deletion_time", path, "pods", optional=True) if need_times else None
+    over = [i for i, (n, m) in enumerate(zip(num, milli, strict=True), start=2) if m > MILLI or (n > 1 and 0 < m < MILLI)]
+    if over:
+        raise PlacementInputError(f"{path}: gpu_milli must be at most 1000, and below 1000 only when num_gpu "
+                                  f"is 1; bad value in {_rows_named(over)}", field="pods")
+    models = [tuple(m for m in (row.get("gpu_spec") or "").split("|") if m.strip()) for row in rows]
+    unknown = [i for i, spec in enumerate(models, start=2) if any(m not in GPU_MEMORY_MIB for m in spec)]
+    if unknown:
+        names = sorted({m for spec in models for m in spec if m not in GPU_MEMORY_MIB})
+        raise PlacementInputError(f"{path}: unknown GPU model {', '.join(names)} in column gpu_spec, "
+                                  f"{_rows_named(unknown)}", field="pods", allowed=sorted(GPU_MEMORY_MIB))
+    if need_times:
+        missing = [i for i, t in enumerate(created, start=2) if t is None]
+        if missing:
+            raise PlacementInputError(f"{path}: creation_time is empty in {_rows_named(missing)}", field="pods")
+    pods = []
+    for i, row in enumerate(rows):
+        request = Request(name=row["name"], cpu_milli=cpu[i], memory_mib=mem[i], num_gpu=num[i],
+                          gpu_milli=milli[i], gpu_models=models[i], qos=(row.get("qos") or "").strip())
+        pods.append(PodRecord(request, created[i] if created else None, deleted[i] if deleted else None))
+    if not any(p.request.wants_gpu for p in pods):
+        raise PlacementInputError(f"{path} has no GPU pods (every row has num_gpu or gpu_milli 0)", field="pods")
+    return Trace(trace_name(path), tuple(pods))
