@@ -238,7 +238,7 @@ def _expand_layout(spec, layout: list[str] | str, field: str) -> list[str]:
         return list(layout)
     if not layout.startswith("all-"):
         raise SimgpuError(f"{layout!r} is neither a list of profiles nor all-<profile>", field=field)
-    name = layout[len("all-"):]
+    name = mig.normalize_profile_name(layout[len("all-"):])
     by_name = {p.name: p for p in mig.profiles(spec)}
     if name not in by_name:
         raise SimgpuError(f"no MIG profile {name!r} on {spec.name}", field=field, allowed=sorted(by_name))
@@ -282,7 +282,8 @@ def _check_groups(cfg: NodeConfig) -> None:
             try:
                 placed = _mig_placements(group, f"{where}.mig.layout")
             except SimgpuError as err:
-                raise SimgpuError(str(err), field=f"{where}.mig.layout") from None
+                msg = str(err).removeprefix(f"{err.field}: ").split(" (allowed: ")[0]
+                raise SimgpuError(msg, field=f"{where}.mig.layout", allowed=err.allowed) from None
             if not placed:
                 raise SimgpuError("MIG is enabled but the layout is empty", field=f"{where}.mig.layout")
             mig_profiles.update(p.profile for p in placed)

@@ -117,3 +117,38 @@ def test_fuzzed_gpus_entry_gives_simgpu_error(junk):
         parse_node_config({"version": "v1", "gpus": [junk]})
     except SimgpuError as err:
         assert err.field
+
+
+def test_mig_example_layouts():
+    c = load_node_config(EXAMPLES / "mig-mixed.yaml")
+    gpus = c.gpu_devices("n")
+    assert [m.profile for m in gpus[0].mig] == ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]
+    assert len(gpus[1].mig) == 7 and not gpus[2].mig
+    assert c.effective_mig_strategy == "mixed"
+    uuids = [m.uuid for g in gpus for m in g.mig]
+    assert len(set(uuids)) == len(uuids) and all(u.startswith("MIG-") for u in uuids)
+
+
+def test_forbidden_mig_layout_names_field():
+    # 4g.40gb + 4g.40gb needs 8 compute slices of H100's 7
+    err = field_of(cfg(gpus=[{"model": "H100", "mig": {"layout": ["4g.40gb", "4g.40gb"]}}]))
+    assert err.field == "gpus[0].mig.layout"
+
+
+def test_unknown_mig_profile_names_field():
+    assert field_of(cfg(gpus=[{"model": "H100", "mig": {"layout": "all-9g.99gb"}}])).field == "gpus[0].mig.layout"
+
+
+def test_single_strategy_needs_one_profile():
+    err = field_of(cfg(migStrategy="single", gpus=[{"model": "H100", "mig": {"layout": ["3g.40gb", "1g.10gb"]}}]))
+    assert err.field == "migStrategy"
+
+
+def test_mig_with_strategy_none_rejected():
+    err = field_of(cfg(migStrategy="none", gpus=[{"model": "H100", "mig": {"layout": ["7g.80gb"]}}]))
+    assert err.field == "migStrategy"
+
+
+def test_mps_on_mig_rejected():
+    err = field_of(cfg(gpus=[{"model": "H100", "sharing": "mps", "replicas": 2, "mig": {"layout": ["7g.80gb"]}}]))
+    assert err.field == "gpus[0].sharing"

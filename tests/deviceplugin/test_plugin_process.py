@@ -135,3 +135,23 @@ def test_bad_config_exits_2_naming_field(run_plugin, config, field):
     assert proc.proc.wait(timeout=30) == 2
     out = proc.stop()
     assert field in out and "Traceback" not in out
+
+
+def test_mig_mixed_strategy_resources(kubelet, run_plugin):
+    from pathlib import Path
+
+    run_plugin((Path(__file__).parents[2] / "deploy/examples/node-config/mig-mixed.yaml").read_text())
+    assert len(kubelet.wait_devices("nvidia.com/mig-1g.10gb", lambda d: len(d) == 9)) == 9
+    kubelet.wait_devices("nvidia.com/mig-3g.40gb", lambda d: len(d) == 1)
+    kubelet.wait_devices("nvidia.com/mig-2g.20gb", lambda d: len(d) == 1)
+    whole = kubelet.wait_devices("nvidia.com/gpu", lambda d: len(d) == 1)
+    assert whole[0].ID.startswith("GPU-")
+    mig = kubelet.wait_devices("nvidia.com/mig-3g.40gb")
+    env = dict(allocate(kubelet.plugin("nvidia.com/mig-3g.40gb"), [mig[0].ID]).envs)
+    assert env["NVIDIA_VISIBLE_DEVICES"] == mig[0].ID and mig[0].ID.startswith("MIG-")
+
+
+def test_mig_single_strategy_overloads_gpu(kubelet, run_plugin):
+    run_plugin("version: v1\nmigStrategy: single\ngpus: [{model: A100-40GB, count: 2, mig: {layout: all-1g.5gb}}]\n")
+    devices = kubelet.wait_devices("nvidia.com/gpu", lambda d: len(d) == 14)
+    assert all(d.ID.startswith("MIG-") for d in devices)

@@ -1,0 +1,158 @@
+"""Pure cores: resource discovery, hand-off matching, preferred allocation, labels and inventory."""
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from deviceplugin.allocate import AllocateError, AllocContext, allocate_assignment, preferred_allocation
+from deviceplugin.handoff import (
+    ALLOCATED,
+    ASSIGNED_AT,
+    ASSIGNMENT,
+    Assignment,
+    ContainerAssignment,
+    DeviceShare,
+    PodView,
+    dump_assignment,
+    find_assignment,
+    parse_assignment,
+)
+from deviceplugin.labels import INVENTORY, Health, inventory, inventory_annotation, node_labels
+from deviceplugin.resources import discover, node_devices, node_level_resources
+from simgpu.errors import SimgpuError
+from simgpu.nodeconfig import parse_node_config
+from simgpu.token import verify_token
+
+SECRET = b"s" * 32
+FRACTIONAL = parse_node_config({"version": "v1", "gpus": [{"model": "A100-80GB", "count": 2, "sharing": "fractional"}]})
+
+
+def pod(name, containers, node="n1", at="2026-01-01T00:00:00Z", phase="Pending", allocated=None):
+    a = Assignment(node=node, containers=[ContainerAssignment(name=c, devices=[DeviceShare(uuid=u, memBytes=m, smPct=s)])
+                                          for c, u, m, s in containers])
+    ann = {ASSIGNMENT: dump_assignment(a), ASSIGNED_AT: at}
+    if allocated:
+        ann[ALLOCATED] = json.dumps(allocated)
+    return PodView("ns", name, f"uid-{name}", node, phase, ann)
+
+
+def test_fractional_discovery_and_node_resources():
+    [res] = discover(FRACTIONAL, "n1")
+    assert res.name == "nvidia.com/gpu" and res.fractional and len(res.slots) == 20
+    extra = node_level_resources(FRACTIONAL, "n1")
+    assert extra["nvidia.com/gpucores"] == 200
+    assert extra["nvidia.com/gpumem"] == 2 * (FRACTIONAL.gpu_devices("n1")[0].spec.mem_bytes >> 20)
+
+
+def test_find_assignment_oldest_first_and_skips_allocated():
+    gpu = FRACTIONAL.gpu_devices("n1")[0].uuid
+    old = pod("old", [("a", gpu, 1 << 30, 10), ("b", gpu, 1 << 30, 10)], at="2026-01-01T00:00:01Z", allocated=["a"])
+    new = pod("new", [("c", gpu, 2 << 30, 20)], at="2026-01-01T00:00:02Z")
+    other_node = pod("x", [("d", gpu, 1, 1)], node="n2", at="2026-01-01T00:00:00Z")
+    running = pod("r", [("e", gpu, 1, 1)], phase="Running", at="2026-01-01T00:00:00Z")
+    match = find_assignment([new, other_node, running, old], "n1", 1)
+    assert (match.pod.name, match.container.name) == ("old", "b")
+    match = find_assignment([new, old], "n1", 1, taken={("uid-old", "b")})
+    assert (match.pod.name, match.container.name) == ("new", "c")
+    assert find_assignment([new, old], "n1", 2) is None
+
+
+def test_find_assignment_ignores_garbage_annotation():
+    bad = PodView("ns", "bad", "u", "n1", "Pending", {ASSIGNMENT: "{not json"})
+    assert find_assignment([bad], "n1", 1) is None
+
+
+def test_allocate_assignment_env():
+    res = discover(FRACTIONAL, "n1")[0]
+    gpu = FRACTIONAL.gpu_devices("n1")[1].uuid
+    p = pod("p", [("c", gpu, 8 << 30, 30)])
+    match = find_assignment([p], "n1", 1)
+    ctx = AllocContext("n1", SECRET, daemon_socket="/run/fgpu/d.sock")
+    alloc = allocate_assignment(res, [res.slots[0].id], match, ctx, node_devices(FRACTIONAL, "n1"))
+    assert alloc.envs["NVIDIA_VISIBLE_DEVICES"] == gpu
+    assert alloc.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "8192m"
+    assert alloc.envs["CUDA_DEVICE_SM_LIMIT"] == "30"
+    assert alloc.envs["CUDA_TASK_PRIORITY"] == "1"
+    grant = verify_token(SECRET, alloc.envs["FGPU_CONTEXT_TOKEN_0"])
+    assert (grant.pod_name, grant.container, grant.mem_limit_bytes) == ("p", "c", 8 << 30)
+
+
+def test_allocate_assignment_foreign_device_and_no_match():
+    res = discover(FRACTIONAL, "n1")[0]
+    ctx = AllocContext("n1", SECRET)
+    match = find_assignment([pod("p", [("c", "GPU-elsewhere", None, None)])], "n1", 1)
+    with pytest.raises(AllocateError, match="not a device of node n1"):
+        allocate_assignment(res, [res.slots[0].id], match, ctx, node_devices(FRACTIONAL, "n1"))
+    with pytest.raises(AllocateError, match="no pending pod"):
+        allocate_assignment(res, [res.slots[0].id], None, ctx, node_devices(FRACTIONAL, "n1"))
+
+
+@given(st.text(max_size=100))
+def test_parse_assignment_garbage(text):
+    with pytest.raises(SimgpuError) as err:
+        parse_assignment(text)
+    assert err.value.field == ASSIGNMENT
+
+
+def test_assignment_round_trip_uses_camel_case():
+    a = Assignment(node="n", containers=[ContainerAssignment(name="c", devices=[DeviceShare(uuid="GPU-1", milliGpu=300)])])
+    text = dump_assignment(a)
+    assert '"milliGpu":300' in text and parse_assignment(text) == a
+
+
+TS = parse_node_config({"version": "v1", "gpus": [{"model": "H100", "count": 3}],
+                        "sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}}})
+
+
+def test_preferred_allocation_best_fit_and_must_include():
+    [res] = discover(TS, "n1")
+    ids = [s.id for s in res.slots]
+    g = [ids[0:4], ids[4:8], ids[8:12]]
+    available = g[0][:1] + g[1][:3] + g[2]  # free: A 1, B 3, C 4
+    assert set(preferred_allocation(res, available, [], 3)) == set(g[1][:3])  # best fit: B exactly
+    got = preferred_allocation(res, available, [g[2][0]], 2)
+    assert got[0] == g[2][0] and {i.split("::")[0] for i in got} == {g[2][0].split("::")[0]}
+
+
+@given(st.data())
+def test_preferred_allocation_properties(data):
+    [res] = discover(TS, "n1")
+    ids = [s.id for s in res.slots]
+    available = data.draw(st.lists(st.sampled_from(ids), unique=True))
+    must = data.draw(st.lists(st.sampled_from(available), unique=True, max_size=3)) if available else []
+    size = data.draw(st.integers(len(must), len(available))) if available else 0
+    got = preferred_allocation(res, available, must, size)
+    assert len(got) == size and len(set(got)) == size
+    assert set(got) <= set(available) and set(must) <= set(got)
+
+
+def test_labels_timeslicing_shared_product():
+    labels = node_labels(TS, TS.gpu_devices("n1"))
+    assert labels["fgpu.io/emulated"] == "true"
+    assert labels["nvidia.com/gpu.product"] == "H100-SXM5-80GB-SHARED"
+    assert labels["nvidia.com/gpu.replicas"] == "4"
+    assert labels["nvidia.com/gpu.sharing-strategy"] == "time-slicing"
+    assert labels["nvidia.com/gpu.count"] == "3"
+
+
+def test_labels_mig_mixed_counts():
+    cfg = parse_node_config({"version": "v1", "gpus": [{"model": "H100", "count": 2, "mig": {"layout": "all-1g.10gb"}},
+                                                     {"model": "H100", "mig": {"layout": ["7g.80gb"]}}]})
+    labels = node_labels(cfg, cfg.gpu_devices("n1"))
+    assert labels["nvidia.com/mig.strategy"] == "mixed"
+    assert labels["nvidia.com/mig-1g.10gb.count"] == "14"
+    assert labels["nvidia.com/mig-7g.80gb.count"] == "1"
+    assert labels["nvidia.com/mig-1g.10gb.multiprocessors"] == "16"
+    assert labels["nvidia.com/mig.capable"] == "true"
+
+
+def test_inventory_reports_health_and_mig():
+    cfg = parse_node_config({"version": "v1", "gpus": [{"model": "A100-40GB", "mig": {"layout": ["3g.20gb", "4g.20gb"]}}]})
+    gpus = cfg.gpu_devices("n1")
+    inv = inventory(cfg, "n1", gpus, discover(cfg, "n1"), {gpus[0].uuid: Health(False, 79)})
+    g = inv["gpus"][0]
+    assert (g["healthy"], g["xid"], g["sms"]) == (False, 79, gpus[0].spec.sms)
+    assert [m["profile"] for m in g["mig"]] == ["3g.20gb", "4g.20gb"] and not g["mig"][0]["healthy"]
+    assert inv["resources"] == {"nvidia.com/mig-3g.20gb": 1, "nvidia.com/mig-4g.20gb": 1}
+    assert json.loads(inventory_annotation(inv)[INVENTORY]) == inv
