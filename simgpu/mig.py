@@ -42,6 +42,11 @@ class MigProfile:
     ofa: int = 0
     min_driver: str | None = None
     mem_reported: bool = True  # False: nvidia-smi's size was not seen; mem_bytes is inferred
+    l2_slices: int = 0  # L2 share in memory-slice units (MIG guide "L2 Cache Size"); 0 = memory_slices
+
+    def __post_init__(self) -> None:
+        if not self.l2_slices:
+            object.__setattr__(self, "l2_slices", self.memory_slices)
 
     @property
     def starts(self) -> list[int]:
@@ -95,6 +100,7 @@ class _ProfileRecord(pydantic.BaseModel):
     ofa: int = 0
     media: bool = False
     min_driver: str | None = None
+    l2: int | None = pydantic.Field(default=None, gt=0)
 
 
 class _GpuMigRecord(pydantic.BaseModel):
@@ -107,7 +113,7 @@ class _GpuMigRecord(pydantic.BaseModel):
     @pydantic.model_validator(mode="after")
     def _fits(self) -> _GpuMigRecord:
         for p in self.profiles:
-            if p.compute > self.compute_slices or p.memory > self.memory_slices:
+            if p.compute > self.compute_slices or p.memory > self.memory_slices or (p.l2 or 0) > p.memory:
                 raise ValueError(f"profile {p.name} is larger than the GPU")
             bad = [s for s in p.starts if s < 0 or s % p.memory or s + p.memory > self.memory_slices]
             if bad:
@@ -170,7 +176,7 @@ def parse_mig_tables(doc: object, origin: str = "mig.yaml") -> tuple[dict[str, _
                 name=p.name, gpu=canonical, profile_id=p.id, compute_slices=p.compute, memory_slices=p.memory,
                 sms=p.sms, mem_bytes=mem, max_count=p.max, placements=tuple((s, p.memory) for s in p.starts),
                 media_extensions=p.media, copy_engines=p.ce, nvdec=p.nvdec, jpeg=p.jpeg, ofa=p.ofa,
-                min_driver=p.min_driver, mem_reported=reported,
+                min_driver=p.min_driver, mem_reported=reported, l2_slices=p.l2 or p.memory,
             ))
         tables[canonical] = _GpuTable(rec.memory_slices, rec.compute_slices, tuple(rec.sources), tuple(profs))
     cis = {g: [CiProfile(r.c, r.max, tuple(r.starts)) for r in recs] for g, recs in parsed.compute_instances.items()}
@@ -313,12 +319,14 @@ def check_layout(gpu: GPUSpec | str, names: list[str]) -> list[Placement]:
 
 
 def instance_spec(gpu: GPUSpec | str, profile: str | MigProfile) -> GPUSpec:
-    """A MIG instance as an isolated smaller GPU: its own SMs and memory; DRAM bandwidth, L2 and power
-    by its share of memory slices (L2 and memory controllers are partitioned with the memory slices)."""
+    """A MIG instance as an isolated smaller GPU: its own SMs and memory (nvidia-smi's sizes); DRAM
+    bandwidth by its share of memory slices, L2 by the MIG guide's L2 share (1/8 for the 1g profiles
+    that have 2 memory slices), power by its share of compute slices."""
     spec = _spec(gpu)
     table = _table(spec)
     prof = profile if isinstance(profile, MigProfile) else get_profile(spec, profile)
     share = prof.memory_slices / table.memory_slices
+    l2_share = prof.l2_slices / table.memory_slices
     return spec.model_copy(update={
         "name": f"{spec.name} MIG {prof.name}",
         "short_name": f"{spec.short_name}-MIG-{prof.name}",
@@ -326,7 +334,7 @@ def instance_spec(gpu: GPUSpec | str, profile: str | MigProfile) -> GPUSpec:
         "sms": prof.sms,
         "mem_bytes": prof.mem_bytes,
         "mem_bw_bytes_per_s": spec.mem_bw_bytes_per_s * share,
-        "l2_bytes": int(spec.l2_bytes * share),
+        "l2_bytes": int(spec.l2_bytes * l2_share),
         "power_w": spec.power_w * prof.compute_slices / table.compute_slices,
         "mig": False,
         "datasheet_tflops": {},
@@ -362,8 +370,10 @@ class GpuInstance:
 
 
 def _gi_id(start: int, size: int, total: int) -> int:
-    """GI ids follow a binary-heap numbering of memory-slice ranges (full GPU 0, halves 1-2, quarters
-    3-6, eighths 7-14), which is what `nvidia-smi mig -lgi` shows (e.g. 1g at 6:1 -> ID 13)."""
+    """A GI id from its memory range, numbered like a binary heap (full GPU 0, halves 1-2, quarters 3-6,
+    eighths 7-14). Real GPUs draw ids from the same per-size pools; most `nvidia-smi mig -lgi` outputs
+    match this numbering (1g at 6:1 -> 13, 3g at 0:4 -> 1), but some drivers number within a pool in
+    creation order instead."""
     return total // size - 1 + start // size
 
 
@@ -378,7 +388,7 @@ class MigGpu:
 
     # -- GPU instances
     def create_gi(self, profile: str, start: int | None = None) -> GpuInstance:
-        """Create a GI; `start=None` takes the lowest free placement (pass `start` to choose)."""
+        """Create a GI at memory slice `start`, or where the driver would put it (see _default_placement)."""
         prof = get_profile(self.spec, profile)
         current = [gi.profile.name for gi in self.gpu_instances.values()]
         problem = _count_problems(self._table, [get_profile(self.spec, n) for n in [*current, prof.name]])
@@ -397,7 +407,7 @@ class MigGpu:
                 raise SimgpuError(
                     f"cannot create {prof.name}: every placement {list(prof.starts)} overlaps an existing GPU "
                     f"instance at {sorted(taken)} (nvidia-smi: Insufficient Resources)", field="profile")
-            place = free[0]
+            place = self._default_placement(free, taken)
         clash = [gi for gi in self.gpu_instances.values() if _overlaps(place, gi.placement)]
         if clash:
             raise SimgpuError(
@@ -416,6 +426,17 @@ class MigGpu:
                 f"cannot destroy GPU instance {gi_id}: In use by another client (compute instances "
                 f"{sorted(gi.compute_instances)} still exist; destroy them first)", field="gi")
         del self.gpu_instances[gi_id]
+
+    def _default_placement(self, free: list[tuple[int, int]], taken: list[tuple[int, int]]) -> tuple[int, int]:
+        """The driver's choice is undocumented; this heuristic picks the free placement that leaves the
+        most placements of all profiles open (ties: highest start). It reproduces what is observed:
+        a first 1g goes to 6:1 and a 3g created next to 0:4 (`nvidia-smi mig -lgi` outputs), and the MIG
+        guide's known issue that creating 1g instances before a 3g can leave no room for the 3g."""
+        def still_open(place: tuple[int, int]) -> int:
+            occupied = [*taken, place]
+            return sum(1 for prof in self._table.profiles for cand in prof.placements
+                       if not any(_overlaps(cand, t) for t in occupied))
+        return max(free, key=lambda place: (still_open(place), place[0]))
 
     # -- compute instances
     def create_ci(self, gi_id: int, profile: str | None = None, start: int | None = None) -> ComputeInstance:

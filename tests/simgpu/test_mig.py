@@ -297,12 +297,27 @@ def test_explicit_start_is_validated():
     assert info.value.allowed == [4]
 
 
-def test_first_fit_can_block_a_bigger_profile_like_the_driver():
+def test_default_placement_matches_observed_driver_choices():
+    """`nvidia-smi mig -cgi 19 -C; -cgi 9 -C; -lgi` on an A100-40GB: 1g.5gb at 6:1 (GI 13), 3g.20gb at 0:4 (GI 1)."""
     g = MigGpu("A100-40GB")
-    g.create_gi("1g.5gb")  # lands on slice 0
-    with pytest.raises(SimgpuError, match="overlaps"):
-        g.create_gi("4g.20gb")
-    assert g.create_gi("3g.20gb").start == 4
+    one = g.create_gi("1g.5gb")
+    three = g.create_gi("3g.20gb")
+    assert (one.start, one.id, three.start, three.id) == (6, 13, 0, 1)
+
+
+def test_mig_guide_known_issue_create_3g_before_small_instances():
+    """G1: with no explicit placements, create the 3g.20gb first (`-cgi 9,19,14,19`); creating small
+    instances first can leave no room for it."""
+    good = MigGpu("A100-40GB")
+    for name in ("3g.20gb", "1g.5gb", "2g.10gb", "1g.5gb"):
+        good.create_gi(name)
+    assert sorted(p.profile for p in good.layout()) == ["1g.5gb", "1g.5gb", "2g.10gb", "3g.20gb"]
+    bad = MigGpu("A100-40GB")
+    for _ in range(4):
+        bad.create_gi("1g.5gb")
+    with pytest.raises(SimgpuError, match="Insufficient Resources"):
+        bad.create_gi("3g.20gb")
+    assert check_layout("A100-40GB", ["1g.5gb"] * 4 + ["3g.20gb"])  # the layout itself is valid
 
 
 def test_max_count_and_media_extensions_enforced_on_create():
@@ -412,3 +427,13 @@ def test_instance_specs_of_any_layout_never_exceed_the_gpu(gpu):
         assert sum(p.mem_bytes for p in parts) <= spec.mem_bytes
         assert sum(p.mem_bw_bytes_per_s for p in parts) <= spec.mem_bw_bytes_per_s * (1 + 1e-9)
         assert sum(p.l2_bytes for p in parts) <= spec.l2_bytes
+
+
+def test_double_memory_1g_profiles_get_one_eighth_of_l2():
+    """MIG guide tables: 1g.20gb (H100) and 1g.35gb (H200) have 1/4 of memory but 1/8 of L2."""
+    h100 = get_gpu("H100")
+    one20 = instance_spec(h100, "1g.20gb")
+    assert one20.l2_bytes == h100.l2_bytes // 8
+    assert one20.mem_bw_bytes_per_s == pytest.approx(h100.mem_bw_bytes_per_s / 4)
+    assert one20.sms == 26
+    assert instance_spec("H200", "1g.35gb").l2_bytes == get_gpu("H200").l2_bytes // 8
