@@ -1,0 +1,391 @@
+"""One emulated device (a whole GPU or a MIG instance): contexts, memory, kernel streams, faults and an
+event-driven virtual clock.
+
+Each client (CUDA context) has one in-order stream of kernels and host gaps. Between events the set of
+running kernels is fixed, so every kernel progresses at a constant rate (simgpu.device.sharing); the
+clock jumps from one kernel completion to the next. Simulating a second of many small kernels therefore
+costs one step per kernel, not per microsecond. Time is virtual: whoever owns the device (a test, the
+node daemon) advances it explicitly.
+"""
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from simgpu.counters import (
+    ACTIVITY_FIELDS,
+    Activity,
+    ClientTotals,
+    DeviceCounters,
+    Totals,
+    total_activity,
+    window,
+)
+from simgpu.device.memory import Allocation, MemoryLedger
+from simgpu.device.perfmodel import PerfModel
+from simgpu.device.sharing import ENGINE_MODES, Runner, RunnerRate, share_concurrent, solo_rate, stalled
+from simgpu.device.timeslice import Candidate, TimeSlicer
+from simgpu.errors import SimgpuError
+
+# XIDs after which no context on the GPU survives (NVIDIA XID catalog: 48 double-bit ECC error,
+# 79 GPU has fallen off the bus, 95 uncontained ECC error). Other XIDs only mark the GPU unhealthy.
+XID_DEVICE_LOST = frozenset({48, 79, 95})
+CLIENT_FAULT_XID = 31  # a client's own fatal fault: GPU memory page fault (MMU fault)
+MPS_MAX_CLIENTS = {"pascal": 16}  # gpu_specs.md 4a: 16 contexts before Volta, 48 from Volta on
+MPS_MAX_CLIENTS_DEFAULT = 48
+MAX_PENDING_LAUNCHES = 1024  # per stream, like the driver's launch queue: callers must wait for room
+
+_DONE_EPS = 1e-9
+
+
+class ContextLostError(SimgpuError):
+    """The context died (its own fault, an MPS co-runner's fault, or the GPU was lost); only close() works."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        super().__init__(f"context lost: {reason}", field="context")
+
+
+@dataclass(frozen=True)
+class ClientSpec:
+    """What a context asks for when it opens (from the device plugin's grant)."""
+
+    name: str = "client"
+    mem_limit_bytes: int | None = None
+    mps_pct: float | None = None  # MPS active-thread percentage (MPS mode only)
+    compute_share: float | None = None  # fraction of the device's compute, (0, 1]
+    soft_cap: bool = False  # Gaia soft limit: may exceed compute_share while capacity is idle
+    priority: int = 0  # 0 high, larger = lower (HAMi's CUDA_TASK_PRIORITY)
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class _Kernel:
+    op: Any
+    seq: int
+    remaining: float = 1.0  # fraction of the kernel still to do
+
+
+@dataclass
+class _HostGap:
+    remaining: float  # seconds of host-side work before the next launch
+
+
+@dataclass
+class Client:
+    id: int
+    spec: ClientSpec
+    opened_at: float
+    lost: str | None = None
+    stream: deque = field(default_factory=deque)
+    launched: int = 0
+    totals: ClientTotals = field(default_factory=ClientTotals)
+    activity_s: list = field(default_factory=lambda: [0.0] * len(ACTIVITY_FIELDS))
+
+    @property
+    def alive(self) -> bool:
+        return self.lost is None
+
+    @property
+    def pending(self) -> int:
+        return sum(1 for item in self.stream if isinstance(item, _Kernel))
+
+
+class EmulatedDevice:
+    """A GPU or MIG instance shared by clients under one sharing mode (exclusive, timeslice, mps)."""
+
+    _ids = itertools.count(1)  # client ids are unique per process, so MIG instances can be combined
+
+    def __init__(self, spec: Any, *, uuid: str, mode: str = "exclusive", memory_mode: str = "hard",
+                 perf: Any = None, host_spill_bytes: int | None = None, label: str | None = None):
+        if mode not in ENGINE_MODES:
+            raise SimgpuError(f"unknown sharing mode {mode!r}", field="sharing", allowed=ENGINE_MODES)
+        self.spec = spec
+        self.uuid = uuid
+        self.label = label or uuid
+        self.mode = mode
+        self.perf = perf if isinstance(perf, PerfModel) else PerfModel(spec, perf)
+        self.memory = MemoryLedger(spec.mem_bytes, memory_mode, host_spill_bytes)
+        self.now = 0.0
+        self.xid: int | None = None
+        self.clients: dict[int, Client] = {}
+        self._activity_s = [0.0] * len(ACTIVITY_FIELDS)  # integrals of the device's activity ratios
+        self._segment_key: tuple | None = None
+        self._segment: tuple[dict[int, RunnerRate], tuple[float, ...]] = ({}, ())
+        self._seq = itertools.count(1)
+        self._slicer = self._make_slicer() if mode == "timeslice" else None
+
+    def _make_slicer(self) -> TimeSlicer:
+        from simgpu.perf import params_for, timeslice_params
+
+        slice_s, switch_s = timeslice_params(self.spec)
+        params = params_for(self.spec)
+        # Preemption saves and restores every SM's registers + shared memory through DRAM (as simgpu.perf).
+        state_s = 2.0 * self.spec.sms * params.sm_state_bytes / (self.spec.mem_bw_bytes_per_s * params.dram_efficiency)
+        return TimeSlicer(slice_s=slice_s, switch_s=switch_s, preempt_s=switch_s + state_s)
+
+    # --- health ------------------------------------------------------------------------------------
+    @property
+    def healthy(self) -> bool:
+        return self.xid is None
+
+    def set_fault(self, xid: int) -> list[int]:
+        """Mark the device unhealthy (new contexts fail); device-lost XIDs also kill every context."""
+        self.xid = int(xid)
+        if self.xid in XID_DEVICE_LOST:
+            return self._kill(list(self.clients), f"GPU {self.uuid} lost (XID {self.xid})")
+        return []
+
+    def clear_fault(self) -> None:
+        self.xid = None
+
+    @property
+    def max_clients(self) -> int | None:
+        if self.mode == "exclusive":
+            return 1
+        if self.mode == "mps":
+            return MPS_MAX_CLIENTS.get(self.spec.arch, MPS_MAX_CLIENTS_DEFAULT)
+        return None
+
+    # --- contexts ----------------------------------------------------------------------------------
+    def open(self, spec: ClientSpec | None = None) -> int:
+        spec = spec or ClientSpec()
+        if not self.healthy:
+            raise SimgpuError(f"GPU {self.uuid} is unhealthy (XID {self.xid}); no new contexts", field="gpu")
+        limit = self.max_clients
+        if limit is not None and len(self.clients) >= limit:
+            raise SimgpuError(f"device busy: {self.mode} mode allows {limit} context(s) on {self.uuid}",
+                              field="context")
+        if spec.mps_pct is not None:
+            if self.mode != "mps":
+                raise SimgpuError("an active-thread percentage needs MPS mode", field="mps_pct",
+                                  allowed=["unset outside MPS"])
+            if not 1 <= spec.mps_pct <= 100:
+                raise SimgpuError(f"{spec.mps_pct} out of range", field="mps_pct", allowed=["1..100"])
+        if spec.compute_share is not None and not 0 < spec.compute_share <= 1:
+            raise SimgpuError(f"{spec.compute_share} out of range", field="compute_share", allowed=["(0, 1]"])
+        if not isinstance(spec.priority, int) or spec.priority < 0:
+            raise SimgpuError(f"bad priority {spec.priority!r}", field="priority", allowed=[0, 1])
+        cid = next(self._ids)
+        self.memory.add_client(cid, spec.mem_limit_bytes)
+        self.clients[cid] = Client(cid, spec, opened_at=self.now)
+        return cid
+
+    def close(self, cid: int) -> int:
+        """The client exits: everything it held is freed. Returns the bytes released."""
+        if self.clients.pop(cid, None) is None:
+            return 0
+        if self._slicer is not None:
+            self._slicer.forget(cid)
+        self._segment_key = None
+        return self.memory.release_client(cid)
+
+    def _live(self, cid: int) -> Client:
+        client = self.clients.get(cid)
+        if client is None:
+            raise SimgpuError(f"no such context {cid} on {self.uuid}", field="context")
+        if client.lost:
+            raise ContextLostError(client.lost)
+        return client
+
+    # --- memory ------------------------------------------------------------------------------------
+    def malloc(self, cid: int, nbytes: int) -> Allocation:
+        client = self._live(cid)
+        alloc = self.memory.malloc(cid, nbytes, who=f"context {client.spec.name}")
+        if alloc.host_bytes:
+            self._segment_key = None  # the client's spill share changed its kernel times
+        return alloc
+
+    def free(self, cid: int, handle: int) -> Allocation:
+        self._live(cid)
+        alloc = self.memory.free(cid, handle)
+        if alloc.host_bytes:
+            self._segment_key = None
+        return alloc
+
+    # --- work --------------------------------------------------------------------------------------
+    def room(self, cid: int) -> int:
+        return MAX_PENDING_LAUNCHES - self._live(cid).pending
+
+    def launch(self, cid: int, op: Any) -> int:
+        """Queue a kernel on the client's stream; returns its sequence number. Bad ops fail here."""
+        client = self._live(cid)
+        if client.pending >= MAX_PENDING_LAUNCHES:
+            raise SimgpuError(f"launch queue full ({MAX_PENDING_LAUNCHES} pending)", field="launch")
+        self.perf.cost(op, self.perf.visible_sms(client.spec.mps_pct) if self.mode == "mps" else None)
+        seq = next(self._seq)
+        client.stream.append(_Kernel(op, seq))
+        client.launched += 1
+        return seq
+
+    def host_delay(self, cid: int, seconds: float) -> None:
+        """Host-side work between launches (a data loader, a request gap): the stream waits, the GPU doesn't."""
+        if seconds < 0:
+            raise SimgpuError("host delay must be >= 0", field="seconds")
+        self._live(cid).stream.append(_HostGap(float(seconds)))
+
+    def fault(self, cid: int, xid: int = CLIENT_FAULT_XID) -> list[int]:
+        """A fatal fault in one client. MPS merges clients into one server context, so all of them die;
+        under time-slicing (separate contexts) and MIG (separate devices) only the faulting one does."""
+        client = self._live(cid)
+        if self.mode == "mps":
+            others = [c for c in self.clients if c != cid]
+            killed = self._kill([cid], f"fatal fault (XID {xid})")
+            return killed + self._kill(others, f"MPS co-runner {client.spec.name} hit a fatal fault (XID {xid})")
+        return self._kill([cid], f"fatal fault (XID {xid})")
+
+    def _kill(self, cids: Iterable[int], reason: str) -> list[int]:
+        killed = []
+        for cid in cids:
+            client = self.clients[cid]
+            if client.alive:
+                client.lost = reason
+                client.stream.clear()
+                killed.append(cid)
+                if self._slicer is not None:
+                    self._slicer.forget(cid)
+        self._segment_key = None
+        return killed
+
+    # --- clock -------------------------------------------------------------------------------------
+    def _runners(self) -> list[Client]:
+        return [c for c in self.clients.values() if c.stream and isinstance(c.stream[0], _Kernel)]
+
+    def _runner(self, c: Client) -> Runner:
+        return Runner(key=c.id, op=c.stream[0].op, priority=c.spec.priority, mps_pct=c.spec.mps_pct,
+                      share=c.spec.compute_share, soft=c.spec.soft_cap, spill=self.memory.spill_fraction(c.id))
+
+    def _candidates(self) -> dict[int, Candidate]:
+        return {c.id: Candidate(c.id, c.spec.priority, c.spec.compute_share, c.spec.soft_cap,
+                                bool(c.stream) and isinstance(c.stream[0], _Kernel))
+                for c in self.clients.values() if c.alive}
+
+    def _current(self, runners: list[Client]) -> tuple[dict[int, RunnerRate], tuple[float, ...]]:
+        """Rates of every client with a kernel queued, and the device's activity, until the next event."""
+        slicer = self._slicer
+        running = slicer.running(self._candidates()) if slicer is not None else None
+        key = (tuple((c.id, c.stream[0].op) for c in runners), running, slicer is not None and slicer.switching)
+        if key != self._segment_key:
+            if slicer is None:
+                rates = share_concurrent(self.perf, [self._runner(c) for c in runners])
+                device = total_activity([r.activity for r in rates.values()])
+            else:
+                rates = {c.id: (solo_rate if c.id == running else stalled)(self.perf, self._runner(c))
+                         for c in runners}
+                device = total_activity([r.activity for r in rates.values()])
+                if slicer.switching:
+                    device = Activity(gr_engine_active=1.0)  # the engine is busy saving/restoring contexts
+            self._segment = (rates, tuple(getattr(device, f) for f in ACTIVITY_FIELDS))
+            self._segment_key = key
+        return self._segment
+
+    def next_event(self) -> float | None:
+        """Virtual time of the next kernel completion, host-gap end or scheduling decision."""
+        cands = None
+        best = None
+        if self._slicer is not None:
+            cands = self._candidates()
+            self._slicer.schedule(self.now, cands)
+            best = self._slicer.next_event(self.now, cands)
+        runners = self._runners()
+        rates = self._current(runners)[0] if runners else {}
+        for client in self.clients.values():
+            if not client.stream:
+                continue
+            head = client.stream[0]
+            if isinstance(head, _HostGap):
+                t = self.now + head.remaining
+            else:
+                rate = rates[client.id].rate
+                if rate <= 0:
+                    continue
+                t = self.now + head.remaining / rate
+            best = t if best is None else min(best, t)
+        return best
+
+    def run_until(self, t: float) -> set[int]:
+        """Advance virtual time to t; returns the clients whose streams drained on the way."""
+        drained: set[int] = set()
+        while True:
+            nxt = self.next_event()
+            stop = t if nxt is None or nxt > t else nxt
+            self._step(stop - self.now, drained)
+            self.now = max(self.now, stop)
+            if stop >= t:
+                if self._slicer is not None:
+                    self._slicer.schedule(self.now, self._candidates())
+                return drained
+
+    def advance(self, dt: float) -> set[int]:
+        return self.run_until(self.now + dt)
+
+    def run_until_idle(self, cids: Iterable[int] | None = None, limit_s: float = 1e9) -> float:
+        """Advance until the given clients (default all) have nothing queued; returns the virtual time."""
+        watch = set(self.clients if cids is None else cids)
+        deadline = self.now + limit_s
+        while any(self.clients[c].stream for c in watch if c in self.clients):
+            nxt = self.next_event()
+            if nxt is None or nxt > deadline:
+                raise SimgpuError("work did not finish within the time limit", field="limit_s")
+            self.run_until(nxt)
+        return self.now
+
+    def _step(self, dt: float, drained: set[int]) -> None:
+        if dt < 0:
+            return
+        runners = self._runners()
+        rates, activity = self._current(runners) if runners or self._slicer is not None else ({}, ())
+        if dt > 0 and activity:
+            acc = self._activity_s
+            for k, value in enumerate(activity):
+                acc[k] += value * dt
+        if self._slicer is not None:
+            self._slicer.advance(dt, self._candidates())
+        for client in list(self.clients.values()):
+            if not client.stream:
+                continue
+            head = client.stream[0]
+            if isinstance(head, _HostGap):
+                head.remaining -= dt
+                if head.remaining <= 1e-12:
+                    client.stream.popleft()
+            else:
+                rr = rates[client.id]
+                totals = client.totals
+                totals.busy_s += dt
+                totals.solo_work_s += rr.speed * dt
+                acc = client.activity_s
+                for k, value in enumerate(rr.activity_tuple):
+                    acc[k] += value * dt
+                head.remaining -= rr.rate * dt
+                if head.remaining <= _DONE_EPS:
+                    client.stream.popleft()
+                    totals.kernels_done += 1
+            if not client.stream:
+                drained.add(client.id)
+
+    # --- views -------------------------------------------------------------------------------------
+    def usage(self, cid: int) -> dict[str, Any]:
+        client = self.clients.get(cid)
+        if client is None:
+            raise SimgpuError(f"no such context {cid} on {self.uuid}", field="context")
+        mem = self.memory.usage(cid)
+        return {"device_bytes": mem.device_bytes, "host_bytes": mem.host_bytes, "quota_bytes": mem.quota,
+                "launched": client.launched, "completed": client.totals.kernels_done,
+                "pending": client.pending, "alive": client.alive, "lost_reason": client.lost or ""}
+
+    def totals(self) -> Totals:
+        clients = {}
+        for cid, c in self.clients.items():
+            totals = c.totals.copy()
+            totals.activity = Activity(*c.activity_s)
+            clients[cid] = totals
+        return Totals(at=self.now, activity=Activity(*self._activity_s), clients=clients)
+
+    def counters(self, since: Totals) -> DeviceCounters:
+        """DCGM-style counters over [since.at, now]."""
+        return window(since, self.totals(), fb_total=self.memory.total, fb_used=self.memory.device_used,
+                      client_fb={cid: self.memory.usage(cid).device_bytes for cid in self.clients})
