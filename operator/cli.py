@@ -1,13 +1,28 @@
-"""The `fgpu` command line. Subcommands arrive with their issues; `simulate` is the main job."""
+"""The `fgpu` command line. Subcommands are modules exposing `register(subparsers)` that set `func=`;
+add a module path to COMMAND_MODULES to add one. Bad input is one line on stderr and exit code 2."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
+
+from fgpu_operator.placement.errors import PlacementInputError
+
+COMMAND_MODULES = ("fgpu_operator.sim.command",)
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is a single line (and still exit code 2)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fgpu", description="fgpu: fractional GPUs for Kubernetes")
-    parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser = _OneLineParser(prog="fgpu", description="fgpu: fractional GPUs for Kubernetes")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_OneLineParser)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(subparsers)
     return parser
 
 
@@ -17,7 +32,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    return 0
+    try:
+        return int(args.func(args) or 0)
+    except (PlacementInputError, ValueError) as exc:
+        print(f"fgpu {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

@@ -1,0 +1,74 @@
+"""Reporting replay summaries: a readable table, the JSON object of `fgpu simulate --json`, and a plot."""
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from .runner import Summary
+
+#: GPU allocation ratio (%) at 100% arrival on the default openb trace, seeds 42-51, from the FGD paper's
+#: simulator (Weng et al., ATC'23; kubernetes-scheduler-simulator experiments).
+PAPER_ALLOC_AT_100 = {"random": 86.30, "dotprod": 90.62, "clustering": 91.65, "packing": 91.78,
+                      "bestfit": 92.86, "fgd": 95.23}
+
+
+def as_json(summaries: Sequence[Summary]) -> str:
+    return json.dumps({"results": [s.as_json() for s in summaries]})
+
+
+def table(summaries: Sequence[Summary]) -> str:
+    """Plain-text table: allocation and fragmentation at 100% arrival, per (trace, policy)."""
+    show_paper = any(s.trace == "default" and s.policy in PAPER_ALLOC_AT_100 for s in summaries)
+    head = ["trace", "policy", "seeds", "alloc@100 %", "unalloc@100 %", "frag@100 %", "failed pods",
+            "s/replay"] + (["paper alloc@100 %"] if show_paper else [])
+    rows = []
+    for s in summaries:
+        seeds = f"{s.seeds[0]}-{s.seeds[-1]}" if len(s.seeds) > 1 else str(s.seeds[0])
+        row = [s.trace, s.policy, seeds, f"{s.alloc_at_100:.2f}", f"{s.unallocated_pct_at_100:.2f}",
+               f"{s.frag_ratio.get(100, float('nan')):.2f}", f"{s.failed_pods:.0f}", f"{s.seconds_per_replay:.1f}"]
+        if show_paper:
+            paper = PAPER_ALLOC_AT_100.get(s.policy) if s.trace == "default" else None
+            row.append(f"{paper:.2f}" if paper is not None else "-")
+        rows.append(row)
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+              for r in rows]
+    return "\n".join(lines)
+
+
+def plot(summaries: Sequence[Summary], path: str | Path) -> Path:
+    """Allocation-ratio and fragmentation-ratio curves per policy against arrived workload (paper Fig. 7-style)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, (ax_alloc, ax_frag) = plt.subplots(1, 2, figsize=(12, 4.5))
+    multi_trace = len({s.trace for s in summaries}) > 1
+    for s in summaries:
+        label = f"{s.policy} ({s.trace})" if multi_trace else s.policy
+        xs = sorted(s.alloc_ratio)
+        ax_alloc.plot(xs, [s.alloc_ratio[x] for x in xs], label=label, linewidth=1.4)
+        xf = sorted(s.frag_ratio)
+        ax_frag.plot(xf, [s.frag_ratio[x] for x in xf], label=label, linewidth=1.4)
+    ax_alloc.plot([0, 100], [0, 100], color="grey", linestyle=":", linewidth=1)
+    ax_alloc.set(xlabel="arrived workload (% of cluster GPU capacity)", ylabel="GPU allocation ratio (%)",
+                 xlim=(0, 130), ylim=(0, 100), title="GPUs allocated")
+    ax_frag.set(xlabel="arrived workload (% of cluster GPU capacity)", ylabel="fragmentation / idle GPU (%)",
+                xlim=(0, 130), ylim=(0, 100), title="Fragmentation ratio (FGD measure)")
+    ax_alloc.axvline(100, color="grey", linewidth=0.6)
+    for ax in (ax_alloc, ax_frag):
+        ax.grid(alpha=0.3)
+    ax_alloc.legend(loc="lower right", fontsize=8)
+    seeds = summaries[0].seeds if summaries else []
+    fig.suptitle(f"fgpu simulate: {', '.join(sorted({s.trace for s in summaries}))}, "
+                 f"seeds {seeds[0]}-{seeds[-1]}" if seeds else "fgpu simulate")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
