@@ -471,6 +471,20 @@ class MigGpu:
                               allowed=sorted(gi.compute_instances))
         del gi.compute_instances[ci_id]
 
+    def free_instances(self) -> dict[str, int]:
+        """How many more GIs of each profile could be created now, alone (`nvidia-smi mig -lgip`'s
+        "Instances Free"). Placements of one profile never overlap each other, so this is the number of
+        free placements, capped by the max count and the one-+me rule."""
+        taken = [gi.placement for gi in self.gpu_instances.values()]
+        used = Counter(gi.profile.name for gi in self.gpu_instances.values())
+        media_used = any(gi.profile.media_extensions for gi in self.gpu_instances.values())
+        free = {}
+        for prof in self._table.profiles:
+            open_places = sum(1 for p in prof.placements if not any(_overlaps(p, t) for t in taken))
+            limit = 0 if prof.media_extensions and media_used else prof.max_count - used[prof.name]
+            free[prof.name] = max(0, min(open_places, limit))
+        return free
+
     # -- helpers
     def layout(self) -> list[Placement]:
         return [Placement(gi.profile.name, gi.start, gi.profile.memory_slices)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 import yaml
@@ -158,3 +159,24 @@ def test_fuzz_names_resolve_or_raise_clean_error(name):
     else:
         assert spec.name in {g.name for g in all_gpus()}
         assert catalog._norm(name) in {catalog._norm(k) for k in known}
+
+
+SHARED_SPECS = Path("/work/shared/reference/gpu_specs.yaml")
+YAML_KEYS = {"fp16": "fp16_tflops", "bf16": "bf16_tflops", "tf32": "tf32_tflops", "int8": "int8_tops",
+             "fp8": "fp8_tflops", "fp32": "fp32_tflops"}
+
+
+@pytest.mark.skipif(not SHARED_SPECS.exists(), reason="the project's shared reference specs are not mounted")
+@pytest.mark.parametrize("gpu", [g for g in all_gpus() if g.name != "P100-PCIE-16GB"], ids=lambda g: g.name)
+def test_against_shared_reference_specs(gpu):
+    """The reference file (gpu_specs.yaml, sourced per figure) vs our catalog: transcription and derivation."""
+    ref = yaml.safe_load(SHARED_SPECS.read_text())["gpus"][gpu.name]
+    assert (gpu.sms, gpu.boost_mhz, gpu.power_w) == (ref["sms"], ref["boost_mhz"], ref["tdp_w"])
+    assert gpu.mem_bw_bytes_per_s == ref["mem_bw_gbs"] * 1e9
+    if ref["l2_mib"] is not None:
+        assert gpu.l2_bytes == ref["l2_mib"] * 2**20
+    for dtype in gpu.supported_dtypes():
+        assert gpu.peak_flops(dtype) / 1e12 == pytest.approx(ref[YAML_KEYS[dtype]], rel=TOLERANCE), dtype
+    # a dtype the reference lists with a tensor figure must be one we model (V100 INT8 is DP4A, not tensor)
+    tensor = {d for d in ("bf16", "tf32", "fp8") if ref.get(YAML_KEYS[d]) is not None}
+    assert tensor <= set(gpu.supported_dtypes())

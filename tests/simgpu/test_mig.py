@@ -394,10 +394,15 @@ def test_fuzz_create_destroy_keeps_a_valid_layout(gpu, data):
         if g.gpu_instances and data.draw(st.booleans()):
             g.destroy_gi(data.draw(st.sampled_from(sorted(g.gpu_instances))))
         else:
+            name = data.draw(st.sampled_from(names))
+            can = g.free_instances()[name] > 0
             try:
-                g.create_gi(data.draw(st.sampled_from(names)))
+                g.create_gi(name)
             except SimgpuError as err:
                 assert err.field in ("profile", "start")
+                assert not can, f"free_instances said {name} fits, create_gi refused: {err}"
+            else:
+                assert can, f"created {name} although free_instances said 0"
         layout = g.layout()
         if layout:
             assert tuple(sorted(p.profile for p in layout)) in _valid_multisets(gpu)
@@ -437,3 +442,13 @@ def test_double_memory_1g_profiles_get_one_eighth_of_l2():
     assert one20.mem_bw_bytes_per_s == pytest.approx(h100.mem_bw_bytes_per_s / 4)
     assert one20.sms == 26
     assert instance_spec("H200", "1g.35gb").l2_bytes == get_gpu("H200").l2_bytes // 8
+
+
+def test_free_instances_like_nvidia_smi_lgip():
+    g = MigGpu("A100-40GB")
+    assert g.free_instances() == {"1g.5gb": 7, "1g.5gb+me": 1, "1g.10gb": 4, "2g.10gb": 3, "3g.20gb": 2,
+                                  "4g.20gb": 1, "7g.40gb": 1}
+    g.create_gi("3g.20gb", start=4)
+    g.create_gi("1g.5gb+me", start=0)
+    assert g.free_instances() == {"1g.5gb": 3, "1g.5gb+me": 0, "1g.10gb": 1, "2g.10gb": 1, "3g.20gb": 0,
+                                  "4g.20gb": 0, "7g.40gb": 0}
