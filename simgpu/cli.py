@@ -11,6 +11,8 @@ from simgpu.errors import SimgpuError
 # One entry per subcommand module; add yours here (one line) when you create it.
 COMMAND_MODULES: list[str] = [
     "mig",
+    "predict",
+    "calibrate",
 ]
 
 

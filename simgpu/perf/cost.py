@@ -14,8 +14,9 @@ from simgpu.perf.power import clock_mhz, headroom
 
 @dataclass(frozen=True)
 class OpCost:
-    """seconds: wall time of the op issued alone from a framework and timed with CUDA events (the
-    kernel, or the host dispatch floor for tiny ops); kernel_seconds: GPU busy time alone.
+    """seconds: wall time of the op issued alone from a framework and timed with CUDA events around it:
+    the host's dispatch then the kernel, or the framework's floor between the two events for tiny ops;
+    kernel_seconds: GPU busy time alone (what the op costs the GPU when sharing it).
     Activities are fractions (0..1) of the whole GPU over `seconds`."""
 
     seconds: float
@@ -78,6 +79,12 @@ def _stream(gpu, params: PerfParams, op: CopyOp | ElementwiseOp, sms: int) -> tu
     return params.launch_s + max(moved / bw, compute), moved, flops
 
 
+def event_timed(params: PerfParams, key: str, kernel: float) -> float:
+    """What CUDA events around one op issued from an idle framework measure: the start event fires at
+    once, the kernel starts after the host's dispatch; tiny ops show the framework's floor instead."""
+    return max(params.floor(key), params.host_dispatch_s + kernel)
+
+
 def op_cost(gpu, op: Op, sm_count: int | None = None) -> OpCost:
     """Cost of `op` alone on `gpu` (or on `sm_count` of its SMs, as under an MPS percentage)."""
     params = params_for(gpu)
@@ -86,7 +93,7 @@ def op_cost(gpu, op: Op, sm_count: int | None = None) -> OpCost:
     if isinstance(op, GemmOp):
         check_dtype(gpu, op.dtype)
         t, mhz = gemm_at_power(gpu, params, op, n, sustained=False)
-        seconds = max(params.floor(op.dtype), t.seconds)
+        seconds = event_timed(params, op.dtype, t.seconds)
         if op.dtype == "fp32":
             tensor = 0.0
         else:
@@ -97,7 +104,7 @@ def op_cost(gpu, op: Op, sm_count: int | None = None) -> OpCost:
                       kernel_seconds=t.seconds, mhz=mhz)
     if isinstance(op, CopyOp | ElementwiseOp):
         kernel, moved, flops = _stream(gpu, params, op, n)
-        seconds = max(params.floor("copy"), kernel)
+        seconds = event_timed(params, "copy", kernel)
         return OpCost(seconds=seconds, flops=flops, dram_bytes=moved, sm_active=share * kernel / seconds,
                       tensor_active=0.0, dram_active=min(1.0, moved / (gpu.mem_bw_bytes_per_s * seconds)),
                       kernel_seconds=kernel, mhz=gpu.boost_mhz)

@@ -1,0 +1,121 @@
+"""`simgpu calibrate --out PROFILE.yaml`: measure this machine's GPU (PyTorch + an NVIDIA GPU), fit the
+performance model's constants to it and write a profile that `--profile PROFILE.yaml` loads."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+from simgpu.catalog import all_gpus, get_gpu
+from simgpu.errors import SimgpuError
+from simgpu.perf.params import params_for
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("calibrate", help="measure this GPU and write a fitted profile",
+                              description=__doc__)
+    p.add_argument("--out", required=True, help="profile YAML to write")
+    p.add_argument("--measurements-out", help="also write the raw measurements (JSON) here")
+    p.add_argument("--from-measurements", metavar="JSON",
+                   help="fit measurements taken earlier (this command's or calibration/measure.py's) instead of measuring")
+    p.add_argument("--gpu", help="catalog GPU the measured one is (default: matched from the device name)")
+    p.add_argument("--quick", action="store_true", help="skip the slowest GEMMs")
+    p.add_argument("--loop-seconds", type=float, default=3.0, help="duration of each co-location loop")
+    p.add_argument("--no-mps", action="store_true", help="skip the MPS measurements")
+    p.add_argument("--max-fit-evals", type=int, default=60, help="least-squares iterations")
+    p.set_defaults(func=run)
+
+
+def match_catalog(info: dict, override: str | None):
+    """The catalog entry for the measured device: --gpu, else its name, else the SM count."""
+    if override:
+        return get_gpu(override)
+    device = str(info.get("device", ""))
+    for candidate in (device, device.removeprefix("NVIDIA ").strip()):
+        try:
+            return get_gpu(candidate)
+        except SimgpuError:
+            pass
+    squeezed = device.upper().replace(" ", "")
+    matches = [g for g in all_gpus() if g.short_name.upper().split("-")[0] in squeezed and g.sms == info.get("sms")]
+    if len(matches) == 1:
+        return matches[0]
+    raise SimgpuError(f"cannot tell which catalog GPU {device!r} is; pass --gpu", field="gpu",
+                      allowed=[g.short_name for g in all_gpus()])
+
+
+def measured_spec(base, info: dict):
+    """The catalog spec with what was read off the device itself (SMs, memory, L2, max clock, power)."""
+    update = {"sms": info.get("sms"), "mem_bytes": info.get("mem_bytes"), "l2_bytes": info.get("l2_bytes"),
+              "boost_mhz": info.get("max_sm_mhz"), "power_w": info.get("power_limit_w")}
+    update = {k: v for k, v in update.items() if v}
+    if update.get("boost_mhz", base.boost_mhz) < base.peak_mhz:
+        update["boost_mhz"] = base.peak_mhz
+    device = str(info.get("device", ""))
+    aliases = list(base.aliases) + ([device] if device and device not in base.aliases else [])
+    return base.model_copy(update={**update, "aliases": aliases})
+
+
+def _progress_measure(args: argparse.Namespace) -> dict:
+    try:
+        import torch
+    except ImportError:
+        raise SimgpuError("PyTorch is not installed here", field="torch",
+                          allowed=["a machine with PyTorch and an NVIDIA GPU", "--from-measurements JSON"]) from None
+    if not torch.cuda.is_available():
+        raise SimgpuError("no CUDA GPU visible to PyTorch", field="gpu",
+                          allowed=["a machine with an NVIDIA GPU", "--from-measurements JSON"])
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from simgpu import calibrate_measure as cm
+
+    total = cm.step_count(args.quick, not args.no_mps)
+    with Progress(TextColumn("{task.description:<36}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  transient=False) as bar:
+        task = bar.add_task("measuring", total=total)
+        state = {"first": True}
+
+        def tick(label: str) -> None:
+            if not state["first"]:
+                bar.advance(task)
+            state["first"] = False
+            bar.update(task, description=label)
+
+        meas = cm.measure(tick, quick=args.quick, loop_seconds=args.loop_seconds, mps=not args.no_mps)
+        bar.update(task, completed=total, description="measured")
+    return meas
+
+
+def run(args: argparse.Namespace) -> int:
+    from simgpu.calibrate import evaluate, fit_params
+    from simgpu.profile import profile_document, with_params
+
+    if args.from_measurements:
+        try:
+            meas = json.loads(Path(args.from_measurements).read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            raise SimgpuError(f"cannot read {args.from_measurements}: {err}", field="from_measurements") from None
+        if not isinstance(meas, dict):
+            raise SimgpuError("expected a JSON object", field="from_measurements")
+    else:
+        meas = _progress_measure(args)
+    if args.measurements_out:
+        Path(args.measurements_out).write_text(json.dumps(meas, indent=1))
+    info = meas.get("info") or {"device": meas.get("device", ""), "sms": meas.get("sms"), "mem_bytes": meas.get("mem_bytes")}
+    spec = measured_spec(match_catalog(info, args.gpu), info)
+    base = params_for(spec)
+    before = evaluate(with_params(spec, base), meas)
+    print(f"fitting {spec.name} ({spec.sms} SMs) ...", file=sys.stderr)
+    params, after = fit_params(meas, spec, base, max_nfev=args.max_fit_evals)
+    params = params.model_copy(update={"sources": {**base.sources, "fitted": f"simgpu calibrate on {info.get('device')} "
+                                                   f"(torch {info.get('torch', '?')}, driver {info.get('driver', '?')})"}})
+    doc = profile_document(spec, params, measured_on=info, fit={"before": before, "after": after})
+    Path(args.out).write_text(yaml.safe_dump(doc, sort_keys=False))
+    for group, stats in after.items():
+        print(f"{group:5s} n={stats['n']:3d} median |err| {stats['median_abs_error']:.1%}  max {stats['max_abs_error']:.1%}"
+              f"  (architecture defaults: {before[group]['median_abs_error']:.1%})", file=sys.stderr)
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0

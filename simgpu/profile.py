@@ -1,0 +1,74 @@
+"""Fitted GPU profiles: a YAML file written by `simgpu calibrate` that describes one real GPU (its spec
+as measured, plus the performance model's constants fitted on it). `load_gpu` accepts either a catalog
+name or a profile path, so every command that takes a GPU name also takes `--profile FILE`."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pydantic
+import yaml
+
+from simgpu.catalog import GPUSpec, get_gpu
+from simgpu.errors import SimgpuError
+from simgpu.perf.params import PerfParams
+
+PROFILE_VERSION = "v1"
+
+
+class FittedGPU(GPUSpec, frozen=True):
+    """A GPUSpec that carries its own fitted performance constants (simgpu.perf uses them)."""
+
+    perf_params: PerfParams
+    profile_source: str = ""
+
+
+def with_params(gpu: GPUSpec, params: PerfParams) -> FittedGPU:
+    """The same GPU with other constants (fast, unvalidated: both inputs are already validated)."""
+    data = {name: getattr(gpu, name) for name in GPUSpec.model_fields}
+    return FittedGPU.model_construct(**data, perf_params=params,
+                                     profile_source=getattr(gpu, "profile_source", ""))
+
+
+def _looks_like_path(name: str) -> bool:
+    return name.endswith((".yaml", ".yml")) or "/" in name or Path(name).is_file()
+
+
+def load_profile(path: str | Path) -> FittedGPU:
+    """Read and validate a profile; errors name the file and the field."""
+    p = Path(path)
+    try:
+        doc = yaml.safe_load(p.read_text())
+    except OSError as err:
+        raise SimgpuError(f"cannot read {p}: {err.strerror}", field="profile",
+                          allowed=["a YAML file written by `simgpu calibrate`"]) from None
+    except yaml.YAMLError as err:
+        raise SimgpuError(f"{p} is not valid YAML: {str(err).splitlines()[0]}", field="profile") from None
+    if not isinstance(doc, dict) or doc.get("version") != PROFILE_VERSION:
+        raise SimgpuError(f"{p}: expected a mapping with version: {PROFILE_VERSION}", field="profile.version",
+                          allowed=[PROFILE_VERSION])
+    for key in ("gpu", "perf_params"):
+        if not isinstance(doc.get(key), dict):
+            raise SimgpuError(f"{p}: missing mapping {key!r}", field=f"profile.{key}")
+    try:
+        return FittedGPU.model_validate({**doc["gpu"], "perf_params": doc["perf_params"],
+                                         "profile_source": str(p)})
+    except pydantic.ValidationError as err:
+        first = err.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"])
+        raise SimgpuError(f"{p}: {first['msg']}", field=f"profile.{loc}") from None
+
+
+def load_gpu(name_or_path: str) -> GPUSpec:
+    """A catalog GPU by name (case-insensitive, short names and aliases too) or a fitted profile file."""
+    if not isinstance(name_or_path, str) or not name_or_path.strip():
+        raise SimgpuError("empty GPU name", field="gpu")
+    if _looks_like_path(name_or_path):
+        return load_profile(name_or_path)
+    return get_gpu(name_or_path)
+
+
+def profile_document(gpu: GPUSpec, params: PerfParams, **extra: object) -> dict:
+    """The YAML document for a profile (the inverse of load_profile)."""
+    spec = GPUSpec.model_validate({name: getattr(gpu, name) for name in GPUSpec.model_fields})
+    return {"version": PROFILE_VERSION, "gpu": spec.model_dump(mode="json"),
+            "perf_params": params.model_dump(mode="json"), **extra}
