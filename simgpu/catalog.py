@@ -44,6 +44,11 @@ class GPUSpec(pydantic.BaseModel, frozen=True):
     # NVIDIA's published dense peaks in TFLOPS/TOPS, kept to check the derived peaks against.
     datasheet_tflops: dict[str, float] = {}
 
+    def __hash__(self) -> int:
+        # Frozen, but dict/list fields make pydantic's field hash fail; hash the identifying scalars so
+        # specs can key caches (equal specs still hash equal).
+        return hash((self.name, self.sms, self.mem_bytes, self.boost_mhz, self.peak_mhz, self.mem_bw_bytes_per_s))
+
     @pydantic.model_validator(mode="after")
     def _clocks_consistent(self) -> GPUSpec:
         if self.peak_mhz > self.boost_mhz:

@@ -147,6 +147,9 @@ def test_catalog_is_cached_and_frozen():
     with pytest.raises(Exception):  # noqa: B017 - pydantic raises ValidationError on frozen assignment
         spec.sms = 1
     assert catalog.all_gpus() == catalog.all_gpus()
+    # usable as a cache key, and equal specs hash equal
+    assert {spec: 1}[spec.model_copy()] == 1
+    assert hash(get_gpu("H100")) != hash(get_gpu("H100-PCIE"))
 
 
 @given(st.text(max_size=30))
