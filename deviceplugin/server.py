@@ -7,6 +7,7 @@ moves them over the wire.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -180,19 +181,37 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
 
 
 class ResourceServer:
-    """One resource's gRPC server on DIR/<socket_name>."""
+    """One resource's gRPC server on DIR/<socket_name>.<generation>.sock.
+
+    Each restart binds a new file name: gRPC unlinks a unix socket's path when its server shuts down, so
+    reusing one name would let the old server's teardown delete the new server's socket."""
 
     def __init__(self, resource: Resource, shared: _Shared, plugin_dir: str) -> None:
         self.resource = resource
         self.shared = shared
-        self.socket_path = os.path.join(plugin_dir, resource.socket_name)
+        self.plugin_dir = plugin_dir
+        self.generation = 0
+        self.endpoint = ""
+        self.socket_path = ""
         self.service: DevicePluginService | None = None
         self.server: grpc.Server | None = None
         self.inode: int | None = None
 
+    def _stem(self) -> str:
+        return self.resource.socket_name.removesuffix(".sock")
+
+    def remove_stale(self) -> None:
+        """Sockets left by an earlier run of this plugin (e.g. after a crash)."""
+        stem = self._stem() + "."
+        for name in os.listdir(self.plugin_dir):
+            if name.startswith(stem) and name.endswith(".sock"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(self.plugin_dir, name))
+
     def start(self) -> None:
-        if os.path.exists(self.socket_path):
-            os.unlink(self.socket_path)
+        self.generation += 1
+        self.endpoint = f"{self._stem()}.{os.getpid()}-{self.generation}.sock"
+        self.socket_path = os.path.join(self.plugin_dir, self.endpoint)
         self.service = DevicePluginService(self.resource, self.shared)
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="dp"))
         api_pb2_grpc.add_DevicePluginServicer_to_server(self.service, self.server)
@@ -206,6 +225,9 @@ class ResourceServer:
             self.shared.board.wake()
         if self.server is not None:
             self.server.stop(grace=0.2).wait()
+        with contextlib.suppress(FileNotFoundError):
+            if self.socket_path:
+                os.unlink(self.socket_path)
         self.server = self.service = None
 
     def socket_intact(self) -> bool:
@@ -215,7 +237,7 @@ class ResourceServer:
         with grpc.insecure_channel(f"unix://{kubelet_socket}") as channel:
             stub = api_pb2_grpc.RegistrationStub(channel)
             stub.Register(api_pb2.RegisterRequest(
-                version=API_VERSION, endpoint=self.resource.socket_name, resource_name=self.resource.name,
+                version=API_VERSION, endpoint=self.endpoint, resource_name=self.resource.name,
                 options=self.service.options()), timeout=timeout)
 
 
@@ -245,6 +267,7 @@ class PluginManager:
     def start(self) -> None:
         os.makedirs(self.plugin_dir, exist_ok=True)
         for server in self.servers:
+            server.remove_stale()
             server.start()
         self._thread = threading.Thread(target=self._watch, name="kubelet-watch", daemon=True)
         self._thread.start()
@@ -256,8 +279,6 @@ class PluginManager:
             self._thread.join(timeout=2)
         for server in self.servers:
             server.stop()
-            if os.path.exists(server.socket_path):
-                os.unlink(server.socket_path)
 
     def _register_all(self) -> bool:
         try:
