@@ -13,6 +13,9 @@ COMMAND_MODULES: list[str] = [
     "mig",
     "predict",
     "calibrate",
+    "daemon",
+    "run",
+    "fault",
 ]
 
 

@@ -1,0 +1,110 @@
+"""`simgpu run`: a synthetic training/inference loop against the node daemon, using the env that the
+device plugin's Allocate gave the container (socket, token, limits); prints throughput."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from simgpu.errors import SimgpuError
+
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+DEFAULT_SOCKET = "/var/run/fgpu/daemon.sock"
+
+
+def parse_bytes(text: str) -> int:
+    raw = text.strip().lower().removesuffix("b").removesuffix("i")
+    unit = raw[-1] if raw and raw[-1] in _UNITS else ""
+    try:
+        value = int(float(raw[: len(raw) - len(unit)]) * _UNITS[unit])
+    except ValueError:
+        raise SimgpuError(f"bad size {text!r}", field="--mem", allowed=["<N>", "<N>k", "<N>m", "<N>g"]) from None
+    if value < 0:
+        raise SimgpuError(f"bad size {text!r}", field="--mem", allowed=["a non-negative size"])
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from simgpu.workloads import WORKLOADS
+
+    p = subparsers.add_parser("run", help="run a synthetic training/inference loop on an emulated GPU",
+                              description="Run a synthetic loop against the simgpu node daemon. Socket and token "
+                                          "come from FGPU_DAEMON_SOCKET / FGPU_CONTEXT_TOKEN (set by the device "
+                                          "plugin's Allocate) unless given here.")
+    p.add_argument("--workload", default="transformer", choices=sorted(WORKLOADS))
+    p.add_argument("--iterations", type=int, default=None, help="stop after N iterations")
+    p.add_argument("--duration", type=float, default=None, help="stop after S seconds of wall time")
+    p.add_argument("--mem", default=None, help="device memory to allocate first (default: the workload's own)")
+    p.add_argument("--socket", default=None)
+    p.add_argument("--token", default=None)
+    p.add_argument("--report-every", type=float, default=5.0, help="seconds between progress lines")
+    p.add_argument("--json", action="store_true", help="one JSON object per report line")
+    p.set_defaults(func=_run)
+
+
+def _report(args, stats: dict) -> None:
+    if args.json:
+        print(json.dumps(stats), flush=True)
+    else:
+        print(f"{stats['workload']}: {stats['iterations']} it, {stats['it_per_s']:.2f} it/s emulated "
+              f"({stats['tflops']:.1f} TFLOPS), {stats['real_it_per_s']:.2f} it/s wall, "
+              f"{stats['kernels_per_s_wall']:.0f} kernels/s wall, mem {stats['device_bytes'] >> 20} MiB"
+              + (f" (+{stats['host_bytes'] >> 20} MiB spilled)" if stats["host_bytes"] else ""), flush=True)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from simgpu.client import DaemonClient
+    from simgpu.env import CONTEXT_TOKEN, read_container_env
+    from simgpu.workloads import get_workload
+
+    env = read_container_env(os.environ)
+    socket_path = args.socket or env.daemon_socket or DEFAULT_SOCKET
+    token = args.token or (env.tokens[0] if env.tokens else None) or os.environ.get(CONTEXT_TOKEN)
+    if not token:
+        raise SimgpuError("no context token: run inside a pod that got a GPU from fgpu, or pass --token",
+                          field=CONTEXT_TOKEN)
+    for name in ("iterations", "duration"):
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            raise SimgpuError(f"got {value}", field=f"--{name}", allowed=["> 0"])
+    work = get_workload(args.workload)
+    mem = parse_bytes(args.mem) if args.mem is not None else work.memory_bytes
+
+    with DaemonClient(socket_path) as client:
+        ctx = client.open_context(token)
+        print(f"simgpu run: {work.name} on {ctx.info.model} {ctx.info.device_uuid} ({ctx.info.sharing}, "
+              f"{ctx.info.visible_sms}/{ctx.info.sms} SMs, quota {ctx.info.mem_limit >> 20} MiB)", file=sys.stderr)
+        chunk = 1 << 30
+        left = mem
+        while left > 0:
+            ctx.malloc(min(chunk, left))
+            left -= min(chunk, left)
+        start_wall = time.monotonic()
+        start_virtual = ctx.synchronize().virtual_time
+        iterations, last_report = 0, start_wall
+        stats: dict = {}
+        while True:
+            for op in work.ops:
+                ctx.launch(op)
+            done = ctx.synchronize()
+            iterations += 1
+            now = time.monotonic()
+            finished = (args.iterations is not None and iterations >= args.iterations) or \
+                (args.duration is not None and now - start_wall >= args.duration)
+            if finished or now - last_report >= args.report_every:
+                virtual = max(1e-12, done.virtual_time - start_virtual)
+                wall = max(1e-9, now - start_wall)
+                usage = ctx.usage()
+                stats = {"workload": work.name, "iterations": iterations, "it_per_s": iterations / virtual,
+                         "tflops": iterations * work.flops / virtual / 1e12, "real_it_per_s": iterations / wall,
+                         "kernels_per_s_wall": iterations * len(work.ops) / wall,
+                         "virtual_s": virtual, "wall_s": wall, "device_bytes": usage["device_bytes"],
+                         "host_bytes": usage["host_bytes"], "progress_rate": usage["progress_rate"]}
+                _report(args, stats)
+                last_report = now
+            if finished:
+                break
+        ctx.close()
+    return 0

@@ -1,0 +1,243 @@
+"""The daemon's logic, free of gRPC: contexts opened with device-plugin tokens, kernels run in real time
+scaled by the dilation factor, waiters for synchronize, health watchers.
+
+Everything runs on one asyncio loop, so the emulated node needs no locks. Virtual time is
+(loop time - start) / time_dilation: with timeDilation 10 a 1 ms kernel takes 10 ms of wall time, with
+0.01 it takes 10 us. A single timer is armed at the next event (kernel completion, slice end); every
+request first brings the node up to "now", then changes it, then re-arms the timer.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from simgpu.device import ClientSpec, ContextLostError, EmulatedDevice, EmulatedNode
+from simgpu.errors import SimgpuError
+from simgpu.token import Grant, verify_token
+
+log = logging.getLogger("simgpu.daemon")
+
+MIN_SLEEP_S = 0.0002  # when a launch queue is full, poll no faster than this (wall time)
+
+
+@dataclass
+class Context:
+    cid: int
+    device: EmulatedDevice
+    grant: Grant
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def spec(self) -> ClientSpec:
+        return self.device.clients[self.cid].spec
+
+
+def client_spec(grant: Grant, device: EmulatedDevice) -> ClientSpec:
+    """The device plugin's grant as the engine's client spec. The SM limit is an MPS active-thread
+    percentage on MPS devices, and a hard compute share (HAMi-core's CUDA_DEVICE_SM_LIMIT) elsewhere."""
+    pct = grant.sm_limit_pct if grant.sm_limit_pct is not None and grant.sm_limit_pct < 100 else None
+    name = "/".join(p for p in (grant.pod_namespace, grant.pod_name, grant.container) if p) or "context"
+    return ClientSpec(
+        name=name,
+        mem_limit_bytes=grant.mem_limit_bytes,
+        mps_pct=pct if device.mode == "mps" else None,
+        compute_share=pct / 100 if pct is not None and device.mode != "mps" else None,
+        priority=int(grant.priority),
+        labels={"namespace": grant.pod_namespace, "pod": grant.pod_name, "container": grant.container},
+    )
+
+
+class NodeRuntime:
+    def __init__(self, node: EmulatedNode, *, secret: bytes, time_dilation: float = 1.0):
+        if time_dilation <= 0:
+            raise SimgpuError("must be > 0", field="timeDilation")
+        self.node = node
+        self.secret = secret
+        self.dilation = float(time_dilation)
+        self.contexts: dict[int, Context] = {}
+        self._waiters: dict[int, list[asyncio.Future]] = {}
+        self._watchers: set[asyncio.Queue] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._t0 = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+
+    # --- clock -------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Bind to the running loop; virtual time 0 is now."""
+        self._loop = asyncio.get_running_loop()
+        self._t0 = self._loop.time() - self.node.now * self.dilation
+
+    def vnow(self) -> float:
+        assert self._loop is not None, "NodeRuntime.start() first"
+        return (self._loop.time() - self._t0) / self.dilation
+
+    def catch_up(self) -> None:
+        """Run the node up to the current virtual time and wake whoever waited for a drained stream."""
+        drained = self.node.run_until(max(self.node.now, self.vnow()))
+        for cids in drained.values():
+            for cid in cids:
+                self._resolve(cid)
+
+    def _arm(self) -> None:
+        """(Re)arm the single timer at the node's next event."""
+        nxt = self.node.next_event()
+        if nxt is None:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer, self._timer_at = None, None
+            return
+        when = self._t0 + nxt * self.dilation
+        if self._timer is not None and self._timer_at is not None and abs(self._timer_at - when) < 1e-7:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = when
+        self._timer = self._loop.call_at(when, self._tick)
+
+    def _tick(self) -> None:
+        self._timer, self._timer_at = None, None
+        try:
+            self.catch_up()
+        except Exception:  # never let the clock die: log and keep serving
+            log.exception("clock step failed")
+        self._arm()
+
+    def _resolve(self, cid: int, error: BaseException | None = None) -> None:
+        ctx = self.contexts.get(cid)
+        client = ctx.device.clients.get(cid) if ctx else None
+        if error is None and client is not None and client.stream:
+            return
+        for fut in self._waiters.pop(cid, []):
+            if not fut.done():
+                if error is not None:
+                    fut.set_exception(error)
+                else:
+                    fut.set_result(None)
+
+    # --- contexts ----------------------------------------------------------------------------------
+    def open(self, token: str) -> Context:
+        grant = verify_token(self.secret, token)
+        device = self.node.device(grant.device_uuid)
+        self.catch_up()
+        cid = device.open(client_spec(grant, device))
+        ctx = Context(cid, device, grant, dict(device.clients[cid].spec.labels))
+        self.contexts[cid] = ctx
+        return ctx
+
+    def close(self, ctx: Context) -> int:
+        """The client went away (exit, crash, disconnect): free everything it held."""
+        self.catch_up()
+        freed = ctx.device.close(ctx.cid)
+        self.contexts.pop(ctx.cid, None)
+        self._resolve(ctx.cid, ContextLostError("context closed"))
+        self._arm()
+        return freed
+
+    def malloc(self, ctx: Context, nbytes: int):
+        self.catch_up()
+        alloc = ctx.device.malloc(ctx.cid, nbytes)
+        self._arm()
+        return alloc
+
+    def free(self, ctx: Context, handle: int):
+        self.catch_up()
+        alloc = ctx.device.free(ctx.cid, handle)
+        self._arm()
+        return alloc
+
+    async def launch(self, ctx: Context, ops: list[Any]) -> int:
+        """Queue kernels (asynchronous, like cudaLaunchKernel); waits only while the launch queue is full."""
+        self.catch_up()
+        done = 0
+        for op in ops:
+            while ctx.device.room(ctx.cid) <= 0:
+                self._arm()
+                nxt = self.node.next_event()
+                wait = MIN_SLEEP_S if nxt is None else max(MIN_SLEEP_S, (nxt - self.vnow()) * self.dilation)
+                await asyncio.sleep(wait)
+                self.catch_up()
+            ctx.device.launch(ctx.cid, op)
+            done += 1
+        self._arm()
+        return done
+
+    async def synchronize(self, ctx: Context) -> None:
+        """Wait until every kernel the context launched has completed (or the context dies)."""
+        self.catch_up()
+        client = ctx.device.clients.get(ctx.cid)
+        if client is None:
+            raise SimgpuError("context is closed", field="context")
+        if client.lost:
+            raise ContextLostError(client.lost)
+        if not client.stream:
+            return
+        fut = self._loop.create_future()
+        self._waiters.setdefault(ctx.cid, []).append(fut)
+        self._arm()
+        await fut
+
+    def usage(self, ctx: Context) -> dict[str, Any]:
+        self.catch_up()
+        out = ctx.device.usage(ctx.cid)
+        totals = ctx.device.clients[ctx.cid].totals
+        out["progress_rate"] = totals.solo_work_s / totals.busy_s if totals.busy_s > 0 else 0.0
+        out["virtual_time"] = ctx.device.now
+        return out
+
+    def inject_fault(self, ctx: Context, xid: int) -> list[int]:
+        self.catch_up()
+        killed = ctx.device.fault(ctx.cid, xid)
+        self._killed(killed)
+        return killed
+
+    def _killed(self, cids: list[int]) -> None:
+        for cid in cids:
+            ctx = self.contexts.get(cid)
+            reason = ctx.device.clients[cid].lost if ctx and cid in ctx.device.clients else "context lost"
+            self._resolve(cid, ContextLostError(reason or "context lost"))
+        self._arm()
+
+    # --- health ------------------------------------------------------------------------------------
+    def devices(self) -> list[dict[str, Any]]:
+        return self.node.health()
+
+    def set_fault(self, uuid: str, xid: int) -> list[dict[str, Any]]:
+        self.catch_up()
+        self._killed(self.node.set_fault(uuid, xid))
+        self._publish()
+        return self.devices()
+
+    def clear_fault(self, uuid: str) -> list[dict[str, Any]]:
+        self.node.clear_fault(uuid)
+        self._publish()
+        return self.devices()
+
+    def _publish(self) -> None:
+        snapshot = self.devices()
+        for queue in list(self._watchers):
+            queue.put_nowait(snapshot)
+
+    async def watch(self) -> AsyncIterator[list[dict[str, Any]]]:
+        """The device list now, then again after every health change."""
+        queue: asyncio.Queue = asyncio.Queue()
+        self._watchers.add(queue)
+        try:
+            yield self.devices()
+            while True:
+                yield await queue.get()
+        finally:
+            self._watchers.discard(queue)
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        for cid in list(self._waiters):
+            self._resolve(cid, ContextLostError("daemon shutting down"))
+        with contextlib.suppress(Exception):
+            for queue in self._watchers:
+                queue.put_nowait(self.devices())
