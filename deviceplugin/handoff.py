@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Literal
 
 import pydantic
@@ -68,7 +69,10 @@ def dump_assignment(assignment: Assignment) -> str:
     return assignment.model_dump_json(by_alias=True, exclude_none=True)
 
 
+@lru_cache(maxsize=4096)
 def parse_assignment(text: str) -> Assignment:
+    """Validate an annotation value (cached: Allocate re-reads the same annotations of every pending pod;
+    the result is frozen, so sharing it is safe)."""
     try:
         return Assignment.model_validate_json(text)
     except pydantic.ValidationError as err:
@@ -89,15 +93,19 @@ class PodView:
     annotations: dict[str, str] = field(default_factory=dict)
     created: str = ""  # RFC 3339; tie-breaker after assigned-at
 
-    def allocated_containers(self) -> set[str]:
-        raw = self.annotations.get(ALLOCATED)
-        if not raw:
-            return set()
-        try:
-            value = json.loads(raw)
-        except ValueError:
-            return set()
-        return {str(v) for v in value} if isinstance(value, list) else set()
+    def allocated_containers(self) -> frozenset[str]:
+        return _allocated(self.annotations.get(ALLOCATED, ""))
+
+
+@lru_cache(maxsize=4096)
+def _allocated(raw: str) -> frozenset[str]:
+    if not raw:
+        return frozenset()
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return frozenset()
+    return frozenset(str(v) for v in value) if isinstance(value, list) else frozenset()
 
 
 @dataclass(frozen=True)
@@ -126,8 +134,11 @@ def find_assignment(pods: Iterable[PodView], node: str, device_count: int,
         candidates.append((pod.annotations.get(ASSIGNED_AT, ""), pod.created, pod.namespace, pod.name, pod,
                            assignment))
     candidates.sort(key=lambda c: c[:4])
+    taken_by_pod: dict[str, set[str]] = {}
+    for uid, container in taken:
+        taken_by_pod.setdefault(uid, set()).add(container)
     for *_, pod, assignment in candidates:
-        done = pod.allocated_containers() | {c for uid, c in taken if uid == pod.uid}
+        done = pod.allocated_containers() | taken_by_pod.get(pod.uid, set())
         pending = [c for c in assignment.containers if c.name not in done]
         if pending and len(pending[0].devices) == device_count:
             return Match(pod, pending[0], assignment)

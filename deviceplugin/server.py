@@ -170,7 +170,11 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
 
     def _match(self, ids: list[str], fresh: bool) -> Match | None:
         pods = self.shared.pods.pending_pods(self.shared.ctx.node_name, fresh=fresh)
-        return find_assignment(pods, self.shared.ctx.node_name, len(ids), self.shared.taken)
+        taken = self.shared.taken
+        if len(taken) > 2 * len(pods) + 256:  # forget pods that are no longer pending
+            live = {p.uid for p in pods}
+            taken.intersection_update({t for t in taken if t[0] in live})
+        return find_assignment(pods, self.shared.ctx.node_name, len(ids), taken)
 
     def PreStartContainer(self, request, context):
         for device_id in request.devices_ids:
@@ -310,7 +314,7 @@ class PluginManager:
                 if self._register_all():
                     registered_inode = restarted_for = inode
                 else:
-                    retry_at = time.monotonic() + 1.0
+                    retry_at = time.monotonic() + 0.25
             self.shared.stop.wait(self.poll_s)
 
 
