@@ -1,0 +1,148 @@
+"""Device plugin against a real kube-apiserver: fractional Allocate reads the scheduler's hand-off annotation
+from a pending pod bound to the node, records the allocation on the pod, and the plugin publishes GFD-style
+labels, the GPU inventory and fractional mode's node-level resources on the Node.
+
+The plugin runs as its own process (`fgpu-device-plugin --kubeconfig ...`); the kubelet is the stub from
+tests/deviceplugin/stub_kubelet.py (there is no kubelet in CI; docs/testing.md)."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+import yaml
+from kubernetes import client
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "deviceplugin"))
+
+from stub_kubelet import StubKubelet  # noqa: E402
+
+from deviceplugin.api import api_pb2  # noqa: E402
+from deviceplugin.handoff import (  # noqa: E402
+    ALLOCATED,
+    ASSIGNED_AT,
+    ASSIGNMENT,
+    Assignment,
+    ContainerAssignment,
+    DeviceShare,
+    dump_assignment,
+)
+from simgpu.nodeconfig import parse_node_config  # noqa: E402
+from simgpu.token import verify_token  # noqa: E402
+
+pytestmark = pytest.mark.e2e
+
+NODE = "dp-e2e-node"
+SECRET = b"e2e-secret-0123456789abcdef-xyzw"
+CONFIG = "version: v1\ngpus: [{model: A100-80GB, count: 2, sharing: fractional}]\nfractional: {splitCount: 4}\n"
+
+
+def _wait(predicate, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    return predicate()
+
+
+@pytest.fixture
+def node_and_plugin(k8s):
+    workdir = tempfile.mkdtemp(prefix="dpe", dir="/tmp")
+    (Path(workdir) / "secret").write_bytes(SECRET)
+    cfg_path = Path(workdir) / "node.yaml"
+    cfg_path.write_text(CONFIG + f"tokenSecretFile: {workdir}/secret\n")
+    with k8s.api() as api:
+        core = client.CoreV1Api(api)
+        core.create_node({"metadata": {"name": NODE}})
+        kubelet = StubKubelet(workdir)
+        kubelet.start()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "deviceplugin.cli", "--config", str(cfg_path), "--node-name", NODE,
+             "--device-plugin-path", workdir, "--kubeconfig", k8s.kubeconfig, "--daemon-socket",
+             "/run/fgpu/daemon.sock"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            yield core, kubelet, parse_node_config(yaml.safe_load(CONFIG))
+        finally:
+            proc.terminate()
+            try:
+                out = proc.communicate(timeout=10)[0]
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out = proc.communicate()[0]
+            kubelet.stop()
+            core.delete_node(NODE)
+            shutil.rmtree(workdir, ignore_errors=True)
+            print(out[-3000:])
+
+
+def _pod(namespace: str, name: str, gpu: str, mem: int, sm: int) -> dict:
+    assignment = Assignment(node=NODE, containers=[ContainerAssignment(
+        name="main", priority=0, devices=[DeviceShare(uuid=gpu, milliGpu=sm * 10, memBytes=mem, smPct=sm)])])
+    return {
+        "metadata": {"name": name, "namespace": namespace, "annotations": {
+            ASSIGNMENT: dump_assignment(assignment), ASSIGNED_AT: "2026-01-01T00:00:00Z"}},
+        "spec": {"nodeName": NODE, "containers": [{"name": "main", "image": "busybox",
+                                                   "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+    }
+
+
+def _allocate(kubelet: StubKubelet, device_id: str):
+    stub = kubelet.plugin("nvidia.com/gpu")
+    return stub.Allocate(api_pb2.AllocateRequest(container_requests=[
+        api_pb2.ContainerAllocateRequest(devices_ids=[device_id])]), timeout=10).container_responses[0]
+
+
+def test_fractional_allocate_from_pod_annotation(node_and_plugin, namespace):
+    core, kubelet, cfg = node_and_plugin
+    gpu = cfg.gpu_devices(NODE)[1].uuid
+    core.create_namespaced_pod(namespace, _pod(namespace, "infer", gpu, 6 << 30, 30))
+    slots = kubelet.wait_devices("nvidia.com/gpu", lambda d: len(d) == 8, timeout=20)
+
+    env = dict(_allocate(kubelet, slots[0].ID).envs)
+    assert env["NVIDIA_VISIBLE_DEVICES"] == gpu
+    assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "6144m"
+    assert env["CUDA_DEVICE_SM_LIMIT"] == "30"
+    assert env["CUDA_TASK_PRIORITY"] == "0"
+    assert env["NODE_NAME"] == NODE
+    grant = verify_token(SECRET, env["FGPU_CONTEXT_TOKEN"])
+    assert (grant.pod_namespace, grant.pod_name, grant.container) == (namespace, "infer", "main")
+
+    recorded = _wait(lambda: core.read_namespaced_pod("infer", namespace).metadata.annotations.get(ALLOCATED))
+    assert json.loads(recorded) == ["main"]
+
+    # the one assignment is used up: the next Allocate finds none and says so
+    with pytest.raises(grpc.RpcError) as err:
+        _allocate(kubelet, slots[1].ID)
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "fgpu.io/assignment" in err.value.details()
+
+
+def test_labels_inventory_and_node_resources_published(node_and_plugin):
+    core, _kubelet, cfg = node_and_plugin
+
+    def published():
+        node = core.read_node(NODE)
+        labels = node.metadata.labels or {}
+        ok = labels.get("fgpu.io/emulated") == "true" and "fgpu.io/gpu-inventory" in (node.metadata.annotations or {})
+        return node if ok and "nvidia.com/gpumem" in (node.status.capacity or {}) else None
+
+    node = _wait(published, timeout=20)
+    assert node is not None, "labels / inventory / capacity not published"
+    labels = node.metadata.labels
+    assert labels["nvidia.com/gpu.product"] == "A100-SXM4-80GB"
+    assert labels["nvidia.com/gpu.count"] == "2"
+    inv = json.loads(node.metadata.annotations["fgpu.io/gpu-inventory"])
+    assert [g["uuid"] for g in inv["gpus"]] == [g.uuid for g in cfg.gpu_devices(NODE)]
+    assert all(g["healthy"] for g in inv["gpus"])
+    spec = cfg.gpu_devices(NODE)[0].spec
+    assert node.status.capacity["nvidia.com/gpumem"] == str(2 * (spec.mem_bytes >> 20))
+    assert node.status.capacity["nvidia.com/gpucores"] == "200"
