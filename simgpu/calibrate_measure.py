@@ -159,7 +159,7 @@ def device_info() -> dict:
     props = torch.cuda.get_device_properties(0)
     info = {"device": torch.cuda.get_device_name(0), "sms": props.multi_processor_count,
             "mem_bytes": props.total_memory, "l2_bytes": getattr(props, "L2_cache_size", 0),
-            "torch": torch.__version__}
+            "torch": str(torch.__version__)}
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=name,clocks.max.sm,clocks.max.mem,memory.total,"
                               "mig.mode.current,compute_mode,power.limit,driver_version",

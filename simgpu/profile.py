@@ -3,6 +3,7 @@ as measured, plus the performance model's constants fitted on it). `load_gpu` ac
 name or a profile path, so every command that takes a GPU name also takes `--profile FILE`."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pydantic
@@ -70,5 +71,6 @@ def load_gpu(name_or_path: str) -> GPUSpec:
 def profile_document(gpu: GPUSpec, params: PerfParams, **extra: object) -> dict:
     """The YAML document for a profile (the inverse of load_profile)."""
     spec = GPUSpec.model_validate({name: getattr(gpu, name) for name in GPUSpec.model_fields})
+    plain = json.loads(json.dumps(extra, default=str))  # e.g. torch's version object -> str
     return {"version": PROFILE_VERSION, "gpu": spec.model_dump(mode="json"),
-            "perf_params": params.model_dump(mode="json"), **extra}
+            "perf_params": params.model_dump(mode="json"), **plain}
