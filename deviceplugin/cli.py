@@ -54,7 +54,10 @@ class Plugin:
         if not args.standalone:
             from deviceplugin.kube import load_api_client
 
-            self.api = load_api_client(args.kubeconfig)
+            try:
+                self.api = load_api_client(args.kubeconfig)
+            except Exception as err:  # unreadable or invalid kubeconfig
+                raise SimgpuError(f"cannot load: {err}", field="--kubeconfig") from None
         pods = None
         if self.api is not None and any(r.fractional for r in self.resources):
             from deviceplugin.kube import KubePods
@@ -108,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     except SimgpuError as err:
         print(f"fgpu-device-plugin: error: {err}", file=sys.stderr)
         return 2
-    except OSError as err:
-        print(f"fgpu-device-plugin: error: {err}", file=sys.stderr)
+    except OSError as err:  # e.g. the device-plugin directory cannot be created
+        print(f"fgpu-device-plugin: error: --device-plugin-path: {err}", file=sys.stderr)
         return 2
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -12,7 +12,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -30,6 +30,7 @@ from deviceplugin.api import api_pb2, api_pb2_grpc
 from deviceplugin.handoff import Match, PodView, find_assignment
 from deviceplugin.labels import Health
 from deviceplugin.resources import Resource, Slot
+from simgpu.errors import SimgpuError
 
 log = logging.getLogger("fgpu.deviceplugin")
 
@@ -91,7 +92,6 @@ class _Shared:
     stop: threading.Event
     taken: set[tuple[str, str]] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    on_allocate: Callable[[str, float], None] | None = None  # (resource, seconds): for the benchmark
 
 
 class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
@@ -133,7 +133,6 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         return out
 
     def Allocate(self, request, context):
-        start = time.perf_counter()
         out = api_pb2.AllocateResponse()
         try:
             for req in request.container_requests:
@@ -147,8 +146,6 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
             code = grpc.StatusCode.INVALID_ARGUMENT if err.field == "devices_ids" else \
                 grpc.StatusCode.FAILED_PRECONDITION
             context.abort(code, str(err))
-        if self.shared.on_allocate:
-            self.shared.on_allocate(self.resource.name, time.perf_counter() - start)
         return out
 
     def _allocate_one(self, ids: list[str]):
@@ -169,7 +166,11 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         return alloc
 
     def _match(self, ids: list[str], fresh: bool) -> Match | None:
-        pods = self.shared.pods.pending_pods(self.shared.ctx.node_name, fresh=fresh)
+        try:
+            pods = self.shared.pods.pending_pods(self.shared.ctx.node_name, fresh=fresh)
+        except Exception as err:  # apiserver down, RBAC, ...: the kubelet shows this on the pod
+            raise AllocateError(f"cannot read pending pods of node {self.shared.ctx.node_name} from the "
+                                f"Kubernetes API: {err}", field="fgpu.io/assignment") from None
         taken = self.shared.taken
         if len(taken) > 2 * len(pods) + 256:  # forget pods that are no longer pending
             live = {p.uid for p in pods}
@@ -219,7 +220,12 @@ class ResourceServer:
         self.service = DevicePluginService(self.resource, self.shared)
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="dp"))
         api_pb2_grpc.add_DevicePluginServicer_to_server(self.service, self.server)
-        self.server.add_insecure_port(f"unix://{self.socket_path}")
+        try:
+            bound = self.server.add_insecure_port(f"unix://{self.socket_path}")
+        except RuntimeError:
+            bound = 0
+        if not bound:
+            raise SimgpuError(f"cannot listen on {self.socket_path}", field="--device-plugin-path")
         self.server.start()
         self.inode = _inode(self.socket_path)
 

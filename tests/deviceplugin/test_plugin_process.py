@@ -155,3 +155,17 @@ def test_mig_single_strategy_overloads_gpu(kubelet, run_plugin):
     run_plugin("version: v1\nmigStrategy: single\ngpus: [{model: A100-40GB, count: 2, mig: {layout: all-1g.5gb}}]\n")
     devices = kubelet.wait_devices("nvidia.com/gpu", lambda d: len(d) == 14)
     assert all(d.ID.startswith("MIG-") for d in devices)
+
+
+@pytest.mark.parametrize("extra,field", [
+    (["--device-plugin-path", "/proc/fgpu-no-such-dir"], "--device-plugin-path"),
+    (["--kubeconfig", "/nonexistent/kubeconfig"], "--kubeconfig"),
+])
+def test_bad_flags_exit_2_naming_flag(tmp_path, secret_file, extra, field, capsys):
+    from deviceplugin.cli import main
+
+    cfg = tmp_path / "node.yaml"
+    cfg.write_text(TWO_H100 + f"tokenSecretFile: {secret_file}\n")
+    args = ["--config", str(cfg), "--node-name", "n", "--device-plugin-path", str(tmp_path), *extra]
+    assert main(args) == 2
+    assert f"error: {field}:" in capsys.readouterr().err
