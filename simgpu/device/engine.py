@@ -10,6 +10,7 @@ node daemon) advances it explicitly.
 from __future__ import annotations
 
 import itertools
+import math
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -64,9 +65,15 @@ class ClientSpec:
 
 @dataclass
 class _Kernel:
+    """A run of `count` back-to-back launches of the same op (one event per run, not per kernel)."""
+
     op: Any
-    seq: int
-    remaining: float = 1.0  # fraction of the kernel still to do
+    count: int = 1
+    remaining: float = 1.0  # fraction of the first kernel of the run still to do
+
+    @property
+    def work(self) -> float:
+        return self.remaining + self.count - 1
 
 
 @dataclass
@@ -82,6 +89,7 @@ class Client:
     lost: str | None = None
     stream: deque = field(default_factory=deque)
     launched: int = 0
+    queued: int = 0  # kernels in the stream (launched, not completed)
     totals: ClientTotals = field(default_factory=ClientTotals)
     activity_s: list = field(default_factory=lambda: [0.0] * len(ACTIVITY_FIELDS))
 
@@ -91,7 +99,7 @@ class Client:
 
     @property
     def pending(self) -> int:
-        return sum(1 for item in self.stream if isinstance(item, _Kernel))
+        return self.queued
 
 
 class EmulatedDevice:
@@ -115,8 +123,8 @@ class EmulatedDevice:
         self._activity_s = [0.0] * len(ACTIVITY_FIELDS)  # integrals of the device's activity ratios
         self._segment_key: tuple | None = None
         self._segment: tuple[dict[int, RunnerRate], tuple[float, ...]] = ({}, ())
-        self._seq = itertools.count(1)
         self._slicer = self._make_slicer() if mode == "timeslice" else None
+        self._cands: dict[int, Candidate] | None = None
 
     def _make_slicer(self) -> TimeSlicer:
         from simgpu.perf import params_for, timeslice_params
@@ -172,6 +180,7 @@ class EmulatedDevice:
         cid = next(self._ids)
         self.memory.add_client(cid, spec.mem_limit_bytes)
         self.clients[cid] = Client(cid, spec, opened_at=self.now)
+        self._cands = None
         return cid
 
     def close(self, cid: int) -> int:
@@ -181,6 +190,7 @@ class EmulatedDevice:
         if self._slicer is not None:
             self._slicer.forget(cid)
         self._segment_key = None
+        self._cands = None
         return self.memory.release_client(cid)
 
     def _live(self, cid: int) -> Client:
@@ -211,21 +221,27 @@ class EmulatedDevice:
         return MAX_PENDING_LAUNCHES - self._live(cid).pending
 
     def launch(self, cid: int, op: Any) -> int:
-        """Queue a kernel on the client's stream; returns its sequence number. Bad ops fail here."""
+        """Queue a kernel on the client's stream; returns how many it has launched. Bad ops fail here."""
         client = self._live(cid)
         if client.pending >= MAX_PENDING_LAUNCHES:
             raise SimgpuError(f"launch queue full ({MAX_PENDING_LAUNCHES} pending)", field="launch")
         self.perf.cost(op, self.perf.visible_sms(client.spec.mps_pct) if self.mode == "mps" else None)
-        seq = next(self._seq)
-        client.stream.append(_Kernel(op, seq))
+        tail = client.stream[-1] if client.stream else None
+        if type(tail) is _Kernel and tail.op == op:
+            tail.count += 1
+        else:
+            client.stream.append(_Kernel(op))
         client.launched += 1
-        return seq
+        client.queued += 1
+        self._cands = None
+        return client.launched
 
     def host_delay(self, cid: int, seconds: float) -> None:
         """Host-side work between launches (a data loader, a request gap): the stream waits, the GPU doesn't."""
         if seconds < 0:
             raise SimgpuError("host delay must be >= 0", field="seconds")
         self._live(cid).stream.append(_HostGap(float(seconds)))
+        self._cands = None
 
     def fault(self, cid: int, xid: int = CLIENT_FAULT_XID) -> list[int]:
         """A fatal fault in one client. MPS merges clients into one server context, so all of them die;
@@ -244,10 +260,12 @@ class EmulatedDevice:
             if client.alive:
                 client.lost = reason
                 client.stream.clear()
+                client.queued = 0
                 killed.append(cid)
                 if self._slicer is not None:
                     self._slicer.forget(cid)
         self._segment_key = None
+        self._cands = None
         return killed
 
     # --- clock -------------------------------------------------------------------------------------
@@ -259,9 +277,12 @@ class EmulatedDevice:
                       share=c.spec.compute_share, soft=c.spec.soft_cap, spill=self.memory.spill_fraction(c.id))
 
     def _candidates(self) -> dict[int, Candidate]:
-        return {c.id: Candidate(c.id, c.spec.priority, c.spec.compute_share, c.spec.soft_cap,
-                                bool(c.stream) and isinstance(c.stream[0], _Kernel))
-                for c in self.clients.values() if c.alive}
+        """Contexts as the time-slicer sees them (cached until a stream head or the client set changes)."""
+        if self._cands is None:
+            self._cands = {c.id: Candidate(c.id, c.spec.priority, c.spec.compute_share, c.spec.soft_cap,
+                                           bool(c.stream) and type(c.stream[0]) is _Kernel)
+                           for c in self.clients.values() if c.lost is None}
+        return self._cands
 
     def _current(self, runners: list[Client]) -> tuple[dict[int, RunnerRate], tuple[float, ...]]:
         """Rates of every client with a kernel queued, and the device's activity, until the next event."""
@@ -302,7 +323,7 @@ class EmulatedDevice:
                 rate = rates[client.id].rate
                 if rate <= 0:
                     continue
-                t = self.now + head.remaining / rate
+                t = self.now + head.work / rate
             best = t if best is None else min(best, t)
         return best
 
@@ -352,6 +373,7 @@ class EmulatedDevice:
                 head.remaining -= dt
                 if head.remaining <= 1e-12:
                     client.stream.popleft()
+                    self._cands = None
             else:
                 rr = rates[client.id]
                 totals = client.totals
@@ -360,10 +382,18 @@ class EmulatedDevice:
                 acc = client.activity_s
                 for k, value in enumerate(rr.activity_tuple):
                     acc[k] += value * dt
-                head.remaining -= rr.rate * dt
-                if head.remaining <= _DONE_EPS:
+                left = head.work - rr.rate * dt
+                if left <= _DONE_EPS:
+                    done = head.count
                     client.stream.popleft()
-                    totals.kernels_done += 1
+                    if not client.stream or type(client.stream[0]) is not _Kernel:
+                        self._cands = None
+                else:
+                    unfinished = math.ceil(left - _DONE_EPS)
+                    done = head.count - unfinished
+                    head.count, head.remaining = unfinished, left - (unfinished - 1)
+                client.queued -= done
+                totals.kernels_done += done
             if not client.stream:
                 drained.add(client.id)
 
