@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from deviceplugin.resources import Resource
+from deviceplugin.resources import Resource, mig_resource_name
 from simgpu.nodeconfig import GpuDevice, NodeConfig
 
 INVENTORY = "fgpu.io/gpu-inventory"
@@ -73,7 +73,7 @@ def node_labels(cfg: NodeConfig, gpus: list[GpuDevice]) -> dict[str, str]:
     elif strategy == "mixed":
         counts = Counter(inst.profile for inst in instances)
         for inst in instances:
-            prefix = f"nvidia.com/mig-{inst.profile}"
+            prefix = mig_resource_name(inst.profile)
             labels[f"{prefix}.count"] = str(counts[inst.profile])
             labels[f"{prefix}.memory"] = str(inst.mem_bytes // _MIB)
             labels[f"{prefix}.multiprocessors"] = str(inst.sms)

@@ -52,7 +52,9 @@ class Resource:
 
 
 def mig_resource_name(profile: str) -> str:
-    return f"{MIG_RESOURCE_PREFIX}{profile}"
+    """`nvidia.com/mig-<profile>`; "+" (media-extension profiles such as 1g.10gb+me) is not allowed in a
+    resource name, so it becomes "." (nvidia.com/mig-1g.10gb.me)."""
+    return f"{MIG_RESOURCE_PREFIX}{profile.replace('+', '.')}"
 
 
 def replica_id(uuid: str, k: int) -> str:

@@ -156,3 +156,12 @@ def test_inventory_reports_health_and_mig():
     assert [m["profile"] for m in g["mig"]] == ["3g.20gb", "4g.20gb"] and not g["mig"][0]["healthy"]
     assert inv["resources"] == {"nvidia.com/mig-3g.20gb": 1, "nvidia.com/mig-4g.20gb": 1}
     assert json.loads(inventory_annotation(inv)[INVENTORY]) == inv
+
+
+def test_media_extension_profile_gets_a_valid_resource_name():
+    cfg = parse_node_config({"version": "v1", "gpus": [{"model": "H100", "mig": {"layout": ["1g.10gb+me", "3g.40gb"]}}]})
+    names = [r.name for r in discover(cfg, "n1")]
+    assert "nvidia.com/mig-1g.10gb.me" in names
+    import re
+    assert all(re.fullmatch(r"[a-z0-9.]+/[A-Za-z0-9][-A-Za-z0-9_.]*", n) for n in names)
+    assert "nvidia.com/mig-1g.10gb.me.count" in node_labels(cfg, cfg.gpu_devices("n1"))
