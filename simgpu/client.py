@@ -15,6 +15,7 @@ watch_health(), set_fault(), clear_fault().
 from __future__ import annotations
 
 import itertools
+import os
 import queue
 import threading
 from collections.abc import Iterator
@@ -60,7 +61,10 @@ def _raise(error: pb.Error) -> None:
 
 
 def op_message(op: Any) -> pb.Op:
-    """An op (GemmOp/CopyOp/ElementwiseOp or the dict form simgpu.perf.parse_op takes) as a message."""
+    """An op (GemmOp/CopyOp/ElementwiseOp or the dict form simgpu.perf.parse_op takes) as a message;
+    a pb.Op passes through unchecked (the daemon validates it)."""
+    if isinstance(op, pb.Op):
+        return op
     if isinstance(op, dict):
         op = parse_op(op)
     if isinstance(op, GemmOp):
@@ -222,6 +226,7 @@ class DaemonClient:
         self._channel = grpc.insecure_channel(f"unix://{socket_path}")
         self._stub = pb_grpc.NodeDaemonStub(self._channel)
         self._last: Context | None = None
+        self._contexts: list[Context] = []
 
     def _unary(self, method, request):
         try:
@@ -233,11 +238,10 @@ class DaemonClient:
 
     # --- workloads ---------------------------------------------------------------------------------
     def open_context(self, token: str) -> Context:
-        try:
-            grpc.channel_ready_future(self._channel).result(timeout=self.timeout)
-        except grpc.FutureTimeoutError:
-            raise SimgpuError(f"no node daemon answers at {self.socket_path}", field="socket") from None
+        if not os.path.exists(self.socket_path):
+            raise SimgpuError(f"no node daemon socket at {self.socket_path}", field="socket")
         self._last = Context(self._stub, self.socket_path, token)
+        self._contexts.append(self._last)
         return self._last
 
     def _ctx(self) -> Context:
@@ -285,8 +289,10 @@ class DaemonClient:
         return device_dicts(self._unary(self._stub.ClearFault, pb.FaultRequest(uuid=uuid)))
 
     def close(self) -> None:
-        if self._last is not None:
-            self._last.close()
+        """Close every context opened through this client (freeing their memory), then the channel."""
+        for ctx in self._contexts:
+            ctx.close()
+        self._contexts.clear()
         self._channel.close()
 
     def __enter__(self) -> DaemonClient:
