@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simgpu.errors import SimgpuError
-from simgpu.perf.colocate import ClientLoad, colocate
+from simgpu.perf.colocation import ClientLoad, colocate
 from simgpu.perf.cost import op_cost
 from simgpu.perf.ops import DTYPE_BYTES, CopyOp, ElementwiseOp, GemmOp
 from simgpu.perf.params import PerfParams
@@ -79,7 +79,8 @@ def knobs_for(measured_dtypes: set[str]) -> list[Knob]:
     if "fp32" in measured_dtypes:
         knobs.append(_entry("tc_efficiency", ("fp32",), 0.1, 1.0))
     knobs.append(_entry("misaligned_efficiency", (8,), 0.02, 1.0))
-    knobs.append(_entry("misaligned_efficiency", (4, 2, 1), 0.02, 1.0))
+    knobs.append(_entry("misaligned_efficiency", (4,), 0.02, 1.0))
+    knobs.append(_entry("misaligned_efficiency", (2, 1), 0.02, 1.0))
     for floor_keys in (("bf16", "fp16", "fp8"), ("tf32",), ("fp32",), ("int8",)):
         if any(k in measured_dtypes for k in floor_keys):
             knobs.append(_entry("timing_floor_s", floor_keys, 1e-6, 200e-6))
@@ -131,13 +132,15 @@ def predict_case(gpu, what: object) -> float:
     return op_cost(gpu, what).seconds
 
 
-def fit_params(meas: dict, gpu, base: PerfParams, *, max_nfev: int = 400) -> tuple[PerfParams, dict]:
-    """Least-squares fit (log errors, robust loss) of the constants in knobs_for() to `meas`.
+def fit_params(meas: dict | list[dict], gpu, base: PerfParams, *, max_nfev: int = 400) -> tuple[PerfParams, dict]:
+    """Least-squares fit (log errors, robust loss) of the constants in knobs_for() to `meas` (one
+    measurement set, or several taken on the same GPU model).
 
     Returns the fitted params and a summary {group: median |error|, ...}."""
     from scipy.optimize import least_squares  # a heavy import, only needed here
 
-    cases = _cases(meas)
+    sets = meas if isinstance(meas, list) else [meas]
+    cases = [case for one in sets for case in _cases(one)]
     if len([c for c in cases if c[0] == "gemm"]) < 4:
         raise SimgpuError("need at least 4 GEMM measurements to fit", field="measurements.gemm")
     dtypes = {c[2].dtype for c in cases if isinstance(c[2], GemmOp)}
@@ -169,10 +172,11 @@ def fit_params(meas: dict, gpu, base: PerfParams, *, max_nfev: int = 400) -> tup
     return params, report
 
 
-def evaluate(gpu, meas: dict) -> dict:
+def evaluate(gpu, meas: dict | list[dict]) -> dict:
     """Per-group median and max |relative error| of the model on the fitted measurement kinds."""
     errors: dict[str, list[float]] = {}
-    for group, _, what, measured in _cases(meas):
+    sets = meas if isinstance(meas, list) else [meas]
+    for group, _, what, measured in [case for one in sets for case in _cases(one)]:
         pred = predict_case(gpu, what)
         errors.setdefault(group, []).append(abs(pred / measured - 1.0))
     return {g: {"n": len(e), "median_abs_error": float(np.median(e)), "max_abs_error": float(np.max(e))}

@@ -1,7 +1,7 @@
 """simgpu's performance model (pure functions): GEMM, copy and elementwise kernel times from spec-sheet
 facts plus a few fitted constants per architecture, the clock under power, MPS SM shares, and co-location
 under time-slicing and MPS. The equations and constants are documented in simgpu/README.md."""
-from simgpu.perf.colocate import (
+from simgpu.perf.colocation import (
     ClientLoad,
     colocate,
     timeslice_params,

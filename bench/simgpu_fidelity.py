@@ -1,0 +1,235 @@
+"""simgpu fidelity: predicted vs measured on real GPUs, for every case of the measurement files.
+
+H100 SXM5: /work/shared/calibration/h100_reference.json (the reference the model was calibrated on) and
+bench/data/h100_measured.json (a second H100, measured by `simgpu calibrate`). H200: bench/data/
+h200_measured.json -- a GPU the model was NOT fitted on (predicted from its spec sheet + the Hopper
+constants). Prints tables and a summary against the targets; writes a scatter plot (--plot).
+
+    .venv/bin/python bench/simgpu_fidelity.py [--plot out/simgpu_fidelity.png] [--json out/fidelity.json] [-v]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from simgpu.catalog import get_gpu
+from simgpu.perf import ClientLoad, CopyOp, ElementwiseOp, GemmOp, colocate, op_cost, params_for
+
+ROOT = Path(__file__).resolve().parent.parent
+REFERENCE = Path("/work/shared/calibration/h100_reference.json")
+DATASETS = [
+    ("H100 reference (fitted)", "H100", [REFERENCE, ROOT / "shared/calibration/h100_reference.json"]),
+    ("H100 2nd run (fitted)", "H100", [ROOT / "bench/data/h100_measured.json"]),
+    ("H200 (not fitted)", "H200", [ROOT / "bench/data/h200_measured.json"]),
+]
+LOOP_OPS = {"gemm": GemmOp(8192, 8192, 8192, "bf16"), "gemm_small": GemmOp(1024, 1024, 1024, "bf16"),
+            "stream": CopyOp(4 * 2**28)}
+COPY_BYTES = 4 * 2**30
+TARGETS = {"gemm_median": 0.10, "gemm_p90": 0.25, "mps_scaling_max": 0.15, "colocation_max": 0.15}
+
+
+@dataclass
+class Row:
+    group: str      # gemm | copy | loop | mps_scaling | timeslice | mps
+    label: str
+    measured: float
+    predicted: float
+    unit: str
+    host_bound: bool = False
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.measured - 1.0
+
+
+def gemm_rows(gpu, meas: dict) -> list[Row]:
+    rows = []
+    floor = params_for(gpu).floor
+    for g in meas.get("gemm", []):
+        op = GemmOp(int(g["m"]), int(g["n"]), int(g["k"]), g["dtype"])
+        if op.dtype not in gpu.supported_dtypes():
+            continue
+        cost = op_cost(gpu, op)
+        rows.append(Row("gemm", f"{op.m}x{op.n}x{op.k} {op.dtype}", op.flops / g["s"] / 1e12,
+                        op.flops / cost.seconds / 1e12, "TFLOPS",
+                        host_bound=cost.kernel_seconds < floor(op.dtype)))
+    return rows
+
+
+def copy_rows(gpu, meas: dict) -> list[Row]:
+    bw = meas.get("bandwidth", {})
+    rows = []
+    if "copy_GBps_rw" in bw:
+        c = op_cost(gpu, CopyOp(COPY_BYTES))
+        rows.append(Row("copy", "copy 4 GiB", bw["copy_GBps_rw"], 2 * COPY_BYTES / c.seconds / 1e9, "GB/s"))
+    if "add_GBps_rw" in bw:
+        c = op_cost(gpu, ElementwiseOp(3 * COPY_BYTES, COPY_BYTES // 4))
+        rows.append(Row("copy", "add 3 x 4 GiB", bw["add_GBps_rw"], 3 * COPY_BYTES / c.seconds / 1e9, "GB/s"))
+    return rows
+
+
+def _loads(name: str, entries: list[dict], mode: str) -> list[ClientLoad]:
+    pct = None
+    if mode == "mps" and "_pct" in name:
+        pct = int(name.rsplit("_pct", 1)[1])
+        pct = None if pct == 100 else pct
+    return [ClientLoad(LOOP_OPS[e["kind"]], pct) for e in entries]
+
+
+def loop_rows(gpu, meas: dict) -> list[Row]:
+    rows = []
+    for mode, section in (("timeslice", "timeslice"), ("mps", "mps")):
+        for name, entries in meas.get(section, {}).items():
+            if not isinstance(entries, list) or not entries or not isinstance(entries[0], dict):
+                continue
+            loads = _loads(name, entries, mode)
+            rates = colocate(gpu, mode, loads)
+            single = len(entries) == 1
+            group = ("mps_scaling" if mode == "mps" else "loop") if single else mode
+            for j, (e, r) in enumerate(zip(entries, rates, strict=True)):
+                label = f"{name}" + ("" if single else f" [{j}] {e['kind']}")
+                rows.append(Row(group, label, e["rate_per_s"], r, "it/s"))
+    return rows
+
+
+def all_rows(gpu, meas: dict) -> list[Row]:
+    return gemm_rows(gpu, meas) + copy_rows(gpu, meas) + loop_rows(gpu, meas)
+
+
+def _pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    if not s:
+        return float("nan")
+    pos = q * (len(s) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def summarize(rows: list[Row]) -> dict:
+    def errs(*groups: str, kernel_only: bool = False) -> list[float]:
+        return [abs(r.error) for r in rows if r.group in groups and not (kernel_only and r.host_bound)]
+
+    gemm, kern = errs("gemm"), errs("gemm", kernel_only=True)
+    return {
+        "gemm_n": len(gemm), "gemm_median": statistics.median(gemm) if gemm else float("nan"),
+        "gemm_p90": _pct(gemm, 0.9),
+        "gemm_kernel_n": len(kern), "gemm_kernel_median": statistics.median(kern) if kern else float("nan"),
+        "gemm_kernel_p90": _pct(kern, 0.9),
+        "copy_max": max(errs("copy"), default=float("nan")),
+        "loop_max": max(errs("loop"), default=float("nan")),
+        "mps_scaling_max": max(errs("mps_scaling"), default=float("nan")),
+        "colocation_max": max(errs("timeslice", "mps"), default=float("nan")),
+        "timeslice_max": max(errs("timeslice"), default=float("nan")),
+        "mps_colocation_max": max(errs("mps"), default=float("nan")),
+    }
+
+
+def _fmt(x: float) -> str:
+    return f"{x:,.4g}" if abs(x) < 1e4 else f"{x:,.0f}"
+
+
+def print_rows(console: Console, title: str, rows: list[Row]) -> None:
+    table = Table(title=title, show_lines=False)
+    for col in ("group", "case", "unit", "measured", "predicted", "error"):
+        table.add_column(col, justify="right" if col in ("measured", "predicted", "error") else "left")
+    for r in rows:
+        style = "red" if abs(r.error) > 0.25 else ("yellow" if abs(r.error) > 0.10 else "")
+        note = " (host floor)" if r.host_bound else ""
+        table.add_row(r.group, r.label + note, r.unit, _fmt(r.measured), _fmt(r.predicted), f"{r.error:+.1%}", style=style)
+    console.print(table)
+
+
+def print_summary(console: Console, summaries: dict[str, dict]) -> None:
+    table = Table(title="simgpu fidelity summary (|predicted / measured - 1|)")
+    table.add_column("metric")
+    table.add_column("target", justify="right")
+    for name in summaries:
+        table.add_column(name, justify="right")
+    metrics = [("GEMM median", "gemm_median"), ("GEMM p90", "gemm_p90"),
+               ("GEMM median, kernel-bound only", "gemm_kernel_median"), ("GEMM p90, kernel-bound only", "gemm_kernel_p90"),
+               ("copy / elementwise max", "copy_max"), ("solo loops max", "loop_max"),
+               ("MPS scaling max", "mps_scaling_max"), ("co-location max (time-slice + MPS)", "colocation_max"),
+               ("  time-slicing max", "timeslice_max"), ("  MPS co-location max", "mps_colocation_max")]
+    for label, key in metrics:
+        target = TARGETS.get(key)
+        cells = []
+        for s in summaries.values():
+            v = s.get(key, float("nan"))
+            ok = target is None or v <= target
+            cells.append(f"[{'green' if ok else 'red'}]{v:.1%}[/]" if v == v else "-")
+        table.add_row(label, f"≤ {target:.0%}" if target else "", *cells)
+    table.add_row("GEMM cases (kernel-bound)", "", *[f"{s['gemm_n']} ({s['gemm_kernel_n']})" for s in summaries.values()])
+    console.print(table)
+
+
+def plot(path: Path, results: dict[str, list[Row]]) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5.5))
+    markers = {"gemm": "o", "copy": "s", "loop": "D", "mps_scaling": "^", "timeslice": "v", "mps": "P"}
+    for (name, rows), color in zip(results.items(), ("tab:blue", "tab:green", "tab:red", "tab:purple"), strict=False):
+        for ax, groups in ((axes[0], ("gemm",)), (axes[1], ("copy", "loop", "mps_scaling", "timeslice", "mps"))):
+            for g in groups:
+                pts = [r for r in rows if r.group == g]
+                if pts:
+                    ax.scatter([r.measured for r in pts], [r.predicted for r in pts], s=18, alpha=0.75, color=color,
+                               marker=markers[g], label=f"{name}: {g}")
+    for ax, title, unit in ((axes[0], "GEMM throughput", "TFLOPS"), (axes[1], "bandwidth and loop rates", "GB/s or it/s")):
+        lo, hi = ax.get_xlim()[0], ax.get_xlim()[1]
+        lo = min(lo, ax.get_ylim()[0])
+        hi = max(hi, ax.get_ylim()[1])
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.plot([max(lo, 1e-3), hi], [max(lo, 1e-3), hi], "k--", lw=0.8)
+        ax.set_xlabel(f"measured ({unit})")
+        ax.set_ylabel(f"predicted ({unit})")
+        ax.set_title(title)
+        ax.legend(fontsize=6, loc="upper left")
+    fig.suptitle("simgpu: predicted vs measured (H100 fitted, H200 not fitted)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--plot", default=str(ROOT / "out/simgpu_fidelity.png"), help="scatter plot PNG to write")
+    ap.add_argument("--json", help="write the summary (and every row) as JSON here")
+    ap.add_argument("-q", "--quiet", action="store_true", help="summary only, no per-case tables")
+    args = ap.parse_args(argv)
+    console = Console(width=140)
+    results: dict[str, list[Row]] = {}
+    for name, gpu_name, candidates in DATASETS:
+        path = next((p for p in candidates if p.is_file()), None)
+        if path is None:
+            console.print(f"[yellow]{name}: no data ({candidates[0]})[/]")
+            continue
+        gpu = get_gpu(gpu_name)
+        rows = all_rows(gpu, json.loads(path.read_text()))
+        results[name] = rows
+        if not args.quiet:
+            print_rows(console, f"{name}: {gpu.name}, {path.name}", rows)
+    summaries = {name: summarize(rows) for name, rows in results.items()}
+    print_summary(console, summaries)
+    if args.plot:
+        plot(Path(args.plot), results)
+        console.print(f"plot: {args.plot}")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"summary": summaries, "rows": {
+            n: [{**r.__dict__, "error": r.error} for r in rows] for n, rows in results.items()}}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
