@@ -99,7 +99,11 @@ class Context:
         self._lock = threading.Lock()
         self._closed = False
         self._replies = stub.Session(iter(self._requests.get, None), timeout=timeout)
-        opened = self._call(pb.SessionRequest(open=pb.Open(token=token)))
+        try:
+            opened = self._call(pb.SessionRequest(open=pb.Open(token=token)))
+        except BaseException:
+            self.close()  # end the stream: a refused open must not leave a session behind
+            raise
         self.info = opened.opened
         self.id = self.info.context
 

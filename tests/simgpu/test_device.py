@@ -293,3 +293,20 @@ def test_bad_ops_fail_at_launch_not_later():
     assert err.value.field == "dtype"
     dev.launch(cid, CopyOp(1 << 20))
     dev.run_until_idle()
+
+
+@pytest.mark.parametrize(("mode", "pcts"), [("timeslice", [None, None]), ("mps", [100, 100]), ("mps", [50, 50])])
+def test_engine_stays_close_to_the_perf_models_colocation(mode, pcts):
+    """The engine is a fast approximation of simgpu.perf.colocate (which also models host dispatch and
+    sustained clocks); for big kernels the two must agree within 20%."""
+    from simgpu.perf import ClientLoad, colocate
+
+    expected = colocate(H100, mode, [ClientLoad(BIG, p if mode == "mps" else None) for p in pcts])
+    dev = device(mode)
+    ids = [dev.open(ClientSpec(mps_pct=p if mode == "mps" and p != 100 else None)) for p in pcts]
+    t0 = dev.totals()
+    for cid in ids:
+        loop(dev, cid, BIG, 60)
+    dev.run_until(0.05)
+    for cid, want in zip(ids, expected, strict=True):
+        assert kernels_per_s(dev, cid, t0) == pytest.approx(want, rel=0.2)
