@@ -40,6 +40,7 @@ MPS_MAX_CLIENTS_DEFAULT = 48
 MAX_PENDING_LAUNCHES = 1024  # per stream, like the driver's launch queue: callers must wait for room
 
 _DONE_EPS = 1e-9
+_SEGMENT_CACHE = 4096
 
 
 class ContextLostError(SimgpuError):
@@ -121,8 +122,8 @@ class EmulatedDevice:
         self.xid: int | None = None
         self.clients: dict[int, Client] = {}
         self._activity_s = [0.0] * len(ACTIVITY_FIELDS)  # integrals of the device's activity ratios
-        self._segment_key: tuple | None = None
-        self._segment: tuple[dict[int, RunnerRate], tuple[float, ...]] = ({}, ())
+        # rates and device activity per running set: alternating ops or co-runners recur, so keep them all
+        self._segments: dict[tuple, tuple[dict[int, RunnerRate], tuple[float, ...]]] = {}
         self._slicer = self._make_slicer() if mode == "timeslice" else None
         self._cands: dict[int, Candidate] | None = None
 
@@ -189,7 +190,7 @@ class EmulatedDevice:
             return 0
         if self._slicer is not None:
             self._slicer.forget(cid)
-        self._segment_key = None
+        self._segments.clear()
         self._cands = None
         return self.memory.release_client(cid)
 
@@ -206,14 +207,14 @@ class EmulatedDevice:
         client = self._live(cid)
         alloc = self.memory.malloc(cid, nbytes, who=f"context {client.spec.name}")
         if alloc.host_bytes:
-            self._segment_key = None  # the client's spill share changed its kernel times
+            self._segments.clear()  # the client's spill share changed its kernel times
         return alloc
 
     def free(self, cid: int, handle: int) -> Allocation:
         self._live(cid)
         alloc = self.memory.free(cid, handle)
         if alloc.host_bytes:
-            self._segment_key = None
+            self._segments.clear()
         return alloc
 
     # --- work --------------------------------------------------------------------------------------
@@ -264,7 +265,7 @@ class EmulatedDevice:
                 killed.append(cid)
                 if self._slicer is not None:
                     self._slicer.forget(cid)
-        self._segment_key = None
+        self._segments.clear()
         self._cands = None
         return killed
 
@@ -289,7 +290,8 @@ class EmulatedDevice:
         slicer = self._slicer
         running = slicer.running(self._candidates()) if slicer is not None else None
         key = (tuple((c.id, c.stream[0].op) for c in runners), running, slicer is not None and slicer.switching)
-        if key != self._segment_key:
+        segment = self._segments.get(key)
+        if segment is None:
             if slicer is None:
                 rates = share_concurrent(self.perf, [self._runner(c) for c in runners])
                 device = total_activity([r.activity for r in rates.values()])
@@ -299,9 +301,10 @@ class EmulatedDevice:
                 device = total_activity([r.activity for r in rates.values()])
                 if slicer.switching:
                     device = Activity(gr_engine_active=1.0)  # the engine is busy saving/restoring contexts
-            self._segment = (rates, tuple(getattr(device, f) for f in ACTIVITY_FIELDS))
-            self._segment_key = key
-        return self._segment
+            if len(self._segments) > _SEGMENT_CACHE:
+                self._segments.clear()
+            segment = self._segments[key] = (rates, tuple(getattr(device, f) for f in ACTIVITY_FIELDS))
+        return segment
 
     def next_event(self) -> float | None:
         """Virtual time of the next kernel completion, host-gap end or scheduling decision."""
@@ -347,11 +350,15 @@ class EmulatedDevice:
         """Advance until the given clients (default all) have nothing queued; returns the virtual time."""
         watch = set(self.clients if cids is None else cids)
         deadline = self.now + limit_s
+        drained: set[int] = set()
         while any(self.clients[c].stream for c in watch if c in self.clients):
             nxt = self.next_event()
             if nxt is None or nxt > deadline:
                 raise SimgpuError("work did not finish within the time limit", field="limit_s")
-            self.run_until(nxt)
+            self._step(nxt - self.now, drained)
+            self.now = max(self.now, nxt)
+        if self._slicer is not None:
+            self._slicer.schedule(self.now, self._candidates())
         return self.now
 
     def _step(self, dt: float, drained: set[int]) -> None:
@@ -378,6 +385,8 @@ class EmulatedDevice:
                 rr = rates[client.id]
                 totals = client.totals
                 totals.busy_s += dt
+                if rr.rate <= 0.0:
+                    continue  # waiting for its slice: nothing progresses
                 totals.solo_work_s += rr.speed * dt
                 acc = client.activity_s
                 for k, value in enumerate(rr.activity_tuple):
