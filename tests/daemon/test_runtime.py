@@ -111,3 +111,31 @@ def test_fuzzed_requests_only_ever_fail_with_simgpu_errors(steps):
         rt.stop()
 
     asyncio.run(run())
+
+
+async def test_oversubscribe_config_spills_and_slows_but_never_fails():
+    from simgpu.device import build_node
+    from simgpu.nodeconfig import parse_node_config
+    from simgpu.perf import ElementwiseOp
+
+    cfg = parse_node_config({"version": "v1", "memoryQuota": "oversubscribe", "gpus": [{"model": "L4"}]})
+    node = build_node(cfg, "n")
+    uuid = next(iter(node.devices))
+    rt = NodeRuntime(node, secret=SECRET, time_dilation=0.01)
+    rt.start()
+    stream = ElementwiseOp(bytes=1 << 30)
+
+    async def seconds_per_kernel(ctx):  # emulated time the kernels were in flight (no host overhead)
+        await rt.launch(ctx, [stream] * 5)
+        await rt.synchronize(ctx)
+        return ctx.device.clients[ctx.cid].totals.busy_s / 5
+
+    fits = rt.open(issue_token(SECRET, Grant(device_uuid=uuid, mem_limit_bytes=8 << 30)))
+    rt.malloc(fits, 6 << 30)
+    fast = await seconds_per_kernel(fits)
+    rt.close(fits)
+    spills = rt.open(issue_token(SECRET, Grant(device_uuid=uuid, mem_limit_bytes=4 << 30)))
+    alloc = rt.malloc(spills, 6 << 30)
+    assert (alloc.device_bytes, alloc.host_bytes) == (4 << 30, 2 << 30)
+    slow = await seconds_per_kernel(spills)
+    assert slow > 3 * fast  # a third of its traffic over PCIe instead of GDDR6
