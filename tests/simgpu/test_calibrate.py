@@ -1,0 +1,139 @@
+"""The fit behind `simgpu calibrate`, on synthetic measurements made by the model itself with known
+constants (no GPU here): the fit must reproduce them and recover the identifiable constants."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from simgpu.calibrate import LOOP_OPS, evaluate, fit_params
+from simgpu.catalog import get_gpu
+from simgpu.cli import main
+from simgpu.errors import SimgpuError
+from simgpu.perf import ClientLoad, CopyOp, ElementwiseOp, GemmOp, arch_params, colocate, op_cost
+from simgpu.profile import FittedGPU, load_gpu, profile_document, with_params
+
+SHAPES = [(256, 256, 256), (512, 512, 512), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (1, 8192, 8192),
+          (128, 8192, 8192), (2304, 1664, 4096), (4095, 4095, 4095)]
+
+
+def synthetic(gpu, params) -> dict:
+    """Measurements in calibration/measure.py's format, produced by the model with `params`."""
+    fitted = with_params(gpu, params)
+    gemm = [{"m": m, "n": n, "k": k, "dtype": "bf16", "s": op_cost(fitted, GemmOp(m, n, k, "bf16")).seconds}
+            for m, n, k in SHAPES]
+    copy = op_cost(fitted, CopyOp(4 * 2**30)).seconds
+    add = op_cost(fitted, ElementwiseOp(3 * 4 * 2**30, 2**30)).seconds
+
+    def loop(kind: str, pct: int | None = None, mode: str = "mps") -> list[dict]:
+        rate = colocate(fitted, mode, [ClientLoad(LOOP_OPS[kind], pct)])[0]
+        return [{"kind": kind, "rate_per_s": rate}]
+
+    return {
+        "gemm": gemm,
+        "bandwidth": {"copy_GBps_rw": 2 * 4 * 2**30 / copy / 1e9, "add_GBps_rw": 3 * 4 * 2**30 / add / 1e9},
+        "timeslice": {"gemm_x1": loop("gemm", mode="timeslice"), "small_x1": loop("gemm_small", mode="timeslice")},
+        "mps": {"gemm_pct25": loop("gemm", 25), "gemm_pct50": loop("gemm", 50), "stream_pct25": loop("stream", 25)},
+    }
+
+
+@pytest.fixture(scope="module")
+def truth():
+    base = arch_params("hopper")
+    return base.model_copy(update={
+        "dram_efficiency": 0.8, "sm_bandwidth_bytes_per_s": 50e9,
+        "tc_efficiency": {**base.tc_efficiency, "bf16": 0.85},
+        "timing_floor_s": {**base.timing_floor_s, "bf16": 45e-6},
+    })
+
+
+@pytest.fixture(scope="module")
+def fitted(truth):
+    gpu = get_gpu("H100")
+    meas = synthetic(gpu, truth)
+    params, report = fit_params(meas, gpu, arch_params("hopper"), max_nfev=10)
+    return gpu, meas, params, report
+
+
+@pytest.mark.slow
+def test_fit_reproduces_synthetic_measurements(fitted):
+    gpu, meas, params, report = fitted
+    before = evaluate(with_params(gpu, arch_params("hopper")), meas)
+    assert before["copy"]["median_abs_error"] > 0.08  # the defaults really are off for this "GPU"
+    for group in ("gemm", "copy", "mps"):
+        assert report[group]["median_abs_error"] < 0.03, (group, report)
+
+
+@pytest.mark.slow
+def test_fit_recovers_identifiable_constants(fitted, truth):
+    _, _, params, _ = fitted
+    assert params.dram_efficiency == pytest.approx(truth.dram_efficiency, rel=0.03)
+    assert params.sm_bandwidth_bytes_per_s == pytest.approx(truth.sm_bandwidth_bytes_per_s, rel=0.15)
+    assert params.floor("bf16") == pytest.approx(45e-6, rel=0.05)
+
+
+def test_fit_needs_gemm_measurements():
+    with pytest.raises(SimgpuError) as err:
+        fit_params({"gemm": []}, get_gpu("H100"), arch_params("hopper"), max_nfev=1)
+    assert err.value.field == "measurements.gemm"
+
+
+def test_profile_round_trip_and_predict_uses_it(tmp_path, truth, capsys):
+    gpu = get_gpu("H100")
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump(profile_document(gpu, truth, measured_on={"device": "test"})))
+    loaded = load_gpu(str(path))
+    assert isinstance(loaded, FittedGPU) and loaded.perf_params == truth and loaded.sms == gpu.sms
+    case = [{"op": "copy", "bytes": 4 * 2**30}]
+    (tmp_path / "cases.json").write_text(json.dumps(case))
+    assert main(["predict", "--cases", str(tmp_path / "cases.json"), "--profile", str(path)]) == 0
+    mine = json.loads(capsys.readouterr().out)[0]["gbps"]
+    assert main(["predict", "--cases", str(tmp_path / "cases.json"), "--gpu", "H100"]) == 0
+    catalog = json.loads(capsys.readouterr().out)[0]["gbps"]
+    assert mine < 0.92 * catalog  # dram_efficiency 0.8 vs the fitted H100's ~0.91
+
+
+@pytest.mark.parametrize("text, field", [
+    ("version: v0\n", "profile.version"),
+    ("[1, 2]\n", "profile.version"),
+    ("version: v1\ngpu: {}\n", "profile.perf_params"),
+    ("version: v1\ngpu: {name: x}\nperf_params: {}\n", "profile."),
+    ("{not yaml", "profile"),
+])
+def test_bad_profiles_name_the_field(tmp_path, text, field):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(SimgpuError) as err:
+        load_gpu(str(path))
+    assert err.value.field.startswith(field)
+
+
+def test_missing_profile_is_a_clean_error():
+    with pytest.raises(SimgpuError) as err:
+        load_gpu("/nonexistent/profile.yaml")
+    assert err.value.field == "profile"
+
+
+def test_calibrate_from_measurements_writes_a_loadable_profile(tmp_path, truth, capsys):
+    meas = synthetic(get_gpu("H100"), truth)
+    meas["info"] = {"device": "NVIDIA H100 80GB HBM3", "sms": 132, "max_sm_mhz": 1980.0, "power_limit_w": 700.0}
+    src = tmp_path / "meas.json"
+    src.write_text(json.dumps(meas))
+    out = tmp_path / "h100.yaml"
+    assert main(["calibrate", "--from-measurements", str(src), "--out", str(out), "--max-fit-evals", "2"]) == 0
+    profile = load_gpu(str(out))
+    assert profile.name == "H100-SXM5-80GB" and "NVIDIA H100 80GB HBM3" in profile.aliases
+    assert "calibrate" in profile.perf_params.sources["fitted"]
+
+
+def test_calibrate_without_gpu_or_measurements_exits_2(tmp_path, capsys):
+    pytest.importorskip("scipy")
+    try:
+        import torch  # noqa: F401
+        pytest.skip("torch is installed here; this checks the no-torch message")
+    except ImportError:
+        pass
+    assert main(["calibrate", "--out", str(tmp_path / "x.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "torch" in err
