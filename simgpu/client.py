@@ -31,6 +31,7 @@ from simgpu.perf import CopyOp, ElementwiseOp, GemmOp, parse_op
 
 LAUNCH_BATCH = 256  # ops per Launch message
 MAX_IN_FLIGHT = 8  # unanswered requests before the client waits for replies (back-pressure)
+_OP_MESSAGES: dict = {}  # op -> its pb.Op, so a loop does not rebuild the same message every launch
 
 
 class DaemonError(SimgpuError):
@@ -67,12 +68,20 @@ def op_message(op: Any) -> pb.Op:
         return op
     if isinstance(op, dict):
         op = parse_op(op)
+    msg = _OP_MESSAGES.get(op) if isinstance(op, GemmOp | CopyOp | ElementwiseOp) else None
+    if msg is not None:
+        return msg  # messages are only ever copied into a Launch, never mutated
     if isinstance(op, GemmOp):
-        return pb.Op(kind="gemm", m=op.m, n=op.n, k=op.k, dtype=op.dtype)
-    if isinstance(op, CopyOp):
-        return pb.Op(kind="copy", bytes=op.bytes)
-    if isinstance(op, ElementwiseOp):
-        return pb.Op(kind="elementwise", bytes=op.bytes, flops=op.flops)
+        msg = pb.Op(kind="gemm", m=op.m, n=op.n, k=op.k, dtype=op.dtype)
+    elif isinstance(op, CopyOp):
+        msg = pb.Op(kind="copy", bytes=op.bytes)
+    elif isinstance(op, ElementwiseOp):
+        msg = pb.Op(kind="elementwise", bytes=op.bytes, flops=op.flops)
+    if msg is not None:
+        if len(_OP_MESSAGES) > 4096:
+            _OP_MESSAGES.clear()
+        _OP_MESSAGES[op] = msg
+        return msg
     raise SimgpuError(f"not an op: {op!r}", field="op", allowed=["GemmOp", "CopyOp", "ElementwiseOp", "dict"])
 
 

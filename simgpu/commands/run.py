@@ -39,6 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--mem", default=None, help="device memory to allocate first (default: the workload's own)")
     p.add_argument("--socket", default=None)
     p.add_argument("--token", default=None)
+    p.add_argument("--sync-every", type=int, default=1,
+                   help="synchronize every N iterations (1: like a training step that reads its loss)")
     p.add_argument("--report-every", type=float, default=5.0, help="seconds between progress lines")
     p.add_argument("--json", action="store_true", help="one JSON object per report line")
     p.set_defaults(func=_run)
@@ -65,10 +67,10 @@ def _run(args: argparse.Namespace) -> int:
     if not token:
         raise SimgpuError("no context token: run inside a pod that got a GPU from fgpu, or pass --token",
                           field=CONTEXT_TOKEN)
-    for name in ("iterations", "duration"):
+    for name in ("iterations", "duration", "sync_every"):
         value = getattr(args, name)
         if value is not None and value <= 0:
-            raise SimgpuError(f"got {value}", field=f"--{name}", allowed=["> 0"])
+            raise SimgpuError(f"got {value}", field=f"--{name.replace('_', '-')}", allowed=["> 0"])
     work = get_workload(args.workload)
     mem = parse_bytes(args.mem) if args.mem is not None else work.memory_bytes
 
@@ -88,11 +90,14 @@ def _run(args: argparse.Namespace) -> int:
         while True:
             for op in work.ops:
                 ctx.launch(op)
-            done = ctx.synchronize()
             iterations += 1
             now = time.monotonic()
             finished = (args.iterations is not None and iterations >= args.iterations) or \
                 (args.duration is not None and now - start_wall >= args.duration)
+            if iterations % args.sync_every and not finished:
+                continue
+            done = ctx.synchronize()
+            now = time.monotonic()
             if finished or now - last_report >= args.report_every:
                 virtual = max(1e-12, done.virtual_time - start_virtual)
                 wall = max(1e-9, now - start_wall)
