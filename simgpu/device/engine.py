@@ -104,7 +104,8 @@ class Client:
 
 
 class EmulatedDevice:
-    """A GPU or MIG instance shared by clients under one sharing mode (exclusive, timeslice, mps)."""
+    """A GPU or MIG instance shared by clients under one sharing mode: exclusive (one container; its
+    contexts are time-sliced as in the default compute mode), timeslice, or mps."""
 
     _ids = itertools.count(1)  # client ids are unique per process, so MIG instances can be combined
 
@@ -124,7 +125,9 @@ class EmulatedDevice:
         self._activity_s = [0.0] * len(ACTIVITY_FIELDS)  # integrals of the device's activity ratios
         # rates and device activity per running set: alternating ops or co-runners recur, so keep them all
         self._segments: dict[tuple, tuple[dict[int, RunnerRate], tuple[float, ...]]] = {}
-        self._slicer = self._make_slicer() if mode == "timeslice" else None
+        # "exclusive" means the device belongs to one container, whose contexts share it like a GPU in
+        # the default compute mode: time-sliced.
+        self._slicer = self._make_slicer() if mode in ("timeslice", "exclusive") else None
         self._cands: dict[int, Candidate] | None = None
 
     def _make_slicer(self) -> TimeSlicer:
@@ -153,8 +156,6 @@ class EmulatedDevice:
 
     @property
     def max_clients(self) -> int | None:
-        if self.mode == "exclusive":
-            return 1
         if self.mode == "mps":
             return MPS_MAX_CLIENTS.get(self.spec.arch, MPS_MAX_CLIENTS_DEFAULT)
         return None

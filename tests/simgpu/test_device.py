@@ -107,11 +107,16 @@ def test_free_of_another_clients_handle_is_refused():
 
 
 # --- sharing modes ------------------------------------------------------------------------------------------
-def test_exclusive_mode_admits_one_context():
+def test_exclusive_device_time_slices_its_containers_contexts_like_the_default_compute_mode():
+    alone = solo_rate(BIG, "exclusive")
+    assert alone == pytest.approx(solo_rate(BIG, "timeslice"))
     dev = device("exclusive")
-    dev.open()
-    with pytest.raises(SimgpuError, match="exclusive"):
-        dev.open()
+    a, b = dev.open(), dev.open()  # e.g. two processes of one container
+    t0 = dev.totals()
+    loop(dev, a, BIG, 200)
+    loop(dev, b, BIG, 200)
+    dev.run_until(0.25)
+    assert kernels_per_s(dev, a, t0) + kernels_per_s(dev, b, t0) < alone
 
 
 def test_timeslicing_two_big_gemms_each_get_under_half_with_switch_loss():
