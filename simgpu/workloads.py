@@ -72,8 +72,15 @@ def memory_bound(nbytes: int = 1 << 30) -> Workload:
 WORKLOADS = {"transformer": transformer, "resnet": resnet, "memory": memory_bound}
 
 
-def get_workload(name: str) -> Workload:
-    try:
+def pick_dtype(supported: list[str], preferred: tuple[str, ...] = ("bf16", "fp16", "fp32")) -> str:
+    """The first of `preferred` the device runs (bf16 needs Ampere or newer; fp16 runs from Volta)."""
+    return next((d for d in preferred if d in supported), "fp32")
+
+
+def get_workload(name: str, dtype: str | None = None) -> Workload:
+    """A workload by name; `dtype` overrides its GEMM dtype (bf16 for transformer, fp16 for resnet)."""
+    if name not in WORKLOADS:
+        raise SimgpuError(f"unknown workload {name!r}", field="--workload", allowed=sorted(WORKLOADS))
+    if dtype is None or name == "memory":
         return WORKLOADS[name]()
-    except KeyError:
-        raise SimgpuError(f"unknown workload {name!r}", field="--workload", allowed=sorted(WORKLOADS)) from None
+    return WORKLOADS[name](dtype=dtype)

@@ -36,6 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--workload", default="transformer", choices=sorted(WORKLOADS))
     p.add_argument("--iterations", type=int, default=None, help="stop after N iterations")
     p.add_argument("--duration", type=float, default=None, help="stop after S seconds of wall time")
+    p.add_argument("--dtype", default="auto",
+                   help="GEMM dtype (auto: bf16 for transformer, fp16 for resnet, whatever the GPU supports)")
     p.add_argument("--mem", default=None, help="device memory to allocate first (default: the workload's own)")
     p.add_argument("--socket", default=None)
     p.add_argument("--token", default=None)
@@ -59,7 +61,7 @@ def _report(args, stats: dict) -> None:
 def _run(args: argparse.Namespace) -> int:
     from simgpu.client import DaemonClient
     from simgpu.env import CONTEXT_TOKEN, read_container_env
-    from simgpu.workloads import get_workload
+    from simgpu.workloads import get_workload, pick_dtype
 
     env = read_container_env(os.environ)
     socket_path = args.socket or env.daemon_socket or DEFAULT_SOCKET
@@ -71,12 +73,20 @@ def _run(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None and value <= 0:
             raise SimgpuError(f"got {value}", field=f"--{name.replace('_', '-')}", allowed=["> 0"])
-    work = get_workload(args.workload)
-    mem = parse_bytes(args.mem) if args.mem is not None else work.memory_bytes
+    get_workload(args.workload)  # a bad name fails before connecting
 
     with DaemonClient(socket_path) as client:
         ctx = client.open_context(token)
-        print(f"simgpu run: {work.name} on {ctx.info.model} {ctx.info.device_uuid} ({ctx.info.sharing}, "
+        supported = list(ctx.info.dtypes)
+        if args.dtype == "auto":
+            dtype = pick_dtype(supported, ("fp16", "bf16") if args.workload == "resnet" else ("bf16", "fp16"))
+        elif args.dtype not in supported:
+            raise SimgpuError(f"{args.dtype} does not run on {ctx.info.model}", field="--dtype", allowed=supported)
+        else:
+            dtype = args.dtype
+        work = get_workload(args.workload, dtype)
+        mem = parse_bytes(args.mem) if args.mem is not None else work.memory_bytes
+        print(f"simgpu run: {work.name} ({dtype}) on {ctx.info.model} {ctx.info.device_uuid} ({ctx.info.sharing}, "
               f"{ctx.info.visible_sms}/{ctx.info.sms} SMs, quota {ctx.info.mem_limit >> 20} MiB)", file=sys.stderr)
         chunk = 1 << 30
         left = mem

@@ -108,7 +108,8 @@ class NodeDaemonService(pb_grpc.NodeDaemonServicer):
                 context=ctx.cid, device_uuid=device.uuid, model=device.spec.name, mem_total=device.memory.total,
                 mem_limit=device.memory.usage(ctx.cid).quota, sms=device.spec.sms,
                 visible_sms=device.perf.visible_sms(spec.mps_pct), sharing=device.mode,
-                time_dilation=rt.dilation, priority=spec.priority, compute_share=spec.compute_share or 0.0))
+                time_dilation=rt.dilation, priority=spec.priority, compute_share=spec.compute_share or 0.0,
+                dtypes=device.spec.supported_dtypes()))
             return ctx
         if ctx is None:
             raise SimgpuError("open a context first (the first request must be `open` with a token)", field="open")

@@ -137,7 +137,7 @@ class Error(_message.Message):
     def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., field: _Optional[str] = ..., allowed: _Optional[_Iterable[str]] = ..., quota: _Optional[int] = ..., used: _Optional[int] = ..., requested: _Optional[int] = ...) -> None: ...
 
 class Opened(_message.Message):
-    __slots__ = ("context", "device_uuid", "model", "mem_total", "mem_limit", "sms", "visible_sms", "sharing", "time_dilation", "priority", "compute_share")
+    __slots__ = ("context", "device_uuid", "model", "mem_total", "mem_limit", "sms", "visible_sms", "sharing", "time_dilation", "priority", "compute_share", "dtypes")
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
     DEVICE_UUID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -149,6 +149,7 @@ class Opened(_message.Message):
     TIME_DILATION_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     COMPUTE_SHARE_FIELD_NUMBER: _ClassVar[int]
+    DTYPES_FIELD_NUMBER: _ClassVar[int]
     context: int
     device_uuid: str
     model: str
@@ -160,7 +161,8 @@ class Opened(_message.Message):
     time_dilation: float
     priority: int
     compute_share: float
-    def __init__(self, context: _Optional[int] = ..., device_uuid: _Optional[str] = ..., model: _Optional[str] = ..., mem_total: _Optional[int] = ..., mem_limit: _Optional[int] = ..., sms: _Optional[int] = ..., visible_sms: _Optional[int] = ..., sharing: _Optional[str] = ..., time_dilation: _Optional[float] = ..., priority: _Optional[int] = ..., compute_share: _Optional[float] = ...) -> None: ...
+    dtypes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, context: _Optional[int] = ..., device_uuid: _Optional[str] = ..., model: _Optional[str] = ..., mem_total: _Optional[int] = ..., mem_limit: _Optional[int] = ..., sms: _Optional[int] = ..., visible_sms: _Optional[int] = ..., sharing: _Optional[str] = ..., time_dilation: _Optional[float] = ..., priority: _Optional[int] = ..., compute_share: _Optional[float] = ..., dtypes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Allocated(_message.Message):
     __slots__ = ("handle", "device_bytes", "host_bytes")
