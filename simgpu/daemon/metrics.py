@@ -1,8 +1,9 @@
 """Prometheus metrics of the node daemon, named and labelled like dcgm-exporter's so existing
 dashboards work: DCGM_FI_DEV_FB_USED/FREE (MiB), DCGM_FI_DEV_GPU_UTIL (%), DCGM_FI_PROF_* (ratios),
 DCGM_FI_DEV_XID_ERRORS, with labels gpu, UUID, device, modelName, Hostname (and GPU_I_PROFILE, GPU_I_ID
-for MIG instances, which are reported one series each, as dcgm-exporter does). Per-pod series (fgpu_pod_*)
-add namespace, pod and container.
+for MIG instances, which are reported one series each, as dcgm-exporter does), plus namespace, pod and
+container when exactly one pod uses the device (dcgm-exporter's Kubernetes mapping; empty when shared).
+Per-pod series (fgpu_pod_*) always carry the pod labels.
 
 The asyncio loop computes a snapshot every interval (counters over that window); the scrape thread only
 reads the latest snapshot, so scrapes never touch the live emulator.
@@ -57,6 +58,11 @@ EXTRA_GAUGES = {
 }
 
 
+def _pod_labels(spec) -> list[str]:
+    pod = [spec.labels.get("namespace", ""), spec.labels.get("pod", ""), spec.labels.get("container", "")]
+    return pod if any(pod) else ["", spec.name, ""]
+
+
 def build_snapshot(runtime, per_gpu: dict[str, DeviceCounters], per_mig: dict[str, DeviceCounters]) -> Snapshot:
     """Samples for every GPU (or MIG instance) and every context, from one counters window."""
     node = runtime.node
@@ -68,16 +74,17 @@ def build_snapshot(runtime, per_gpu: dict[str, DeviceCounters], per_mig: dict[st
             else [(gpu.devices[0], per_gpu[gpu.uuid], "", "")]
         for device, counters, profile, gi in targets:
             labels = [str(gpu.index), gpu.uuid, f"nvidia{gpu.index}", gpu.spec.name, node.node_name, profile, gi]
+            pods = {cid: _pod_labels(client.spec) for cid, client in device.clients.items()}
+            owners = {tuple(p) for p in pods.values()}
+            # dcgm-exporter's Kubernetes mapping: a device used by one pod carries that pod's labels
+            owner = list(owners.pop()) if len(owners) == 1 else ["", "", ""]
             for name, (_, attr, scale) in GPU_GAUGES.items():
-                snap.gauges[name].append((labels, float(getattr(counters, attr)) * scale))
+                snap.gauges[name].append((labels + owner, float(getattr(counters, attr)) * scale))
             h = health.get(device.uuid, {"xid": 0, "healthy": True})
-            snap.gauges["DCGM_FI_DEV_XID_ERRORS"].append((labels, float(h["xid"] or 0)))
-            snap.gauges["fgpu_device_healthy"].append((labels, 1.0 if h["healthy"] else 0.0))
+            snap.gauges["DCGM_FI_DEV_XID_ERRORS"].append((labels + owner, float(h["xid"] or 0)))
+            snap.gauges["fgpu_device_healthy"].append((labels + owner, 1.0 if h["healthy"] else 0.0))
             for cid, client in device.clients.items():
-                spec = client.spec
-                pod = [spec.labels.get("namespace", ""), spec.labels.get("pod", ""), spec.labels.get("container", "")]
-                if not any(pod):
-                    pod = ["", spec.name, ""]
+                pod = pods[cid]
                 mem = device.memory.usage(cid)
                 window = counters.clients.get(cid)
                 values = {
@@ -105,7 +112,7 @@ class SnapshotCollector(Collector):
         snap = self.snapshot  # one reference read: the loop swaps in whole new snapshots
         helps = {**{k: v[0] for k, v in GPU_GAUGES.items()}, **EXTRA_GAUGES, **POD_GAUGES}
         for name, samples in snap.gauges.items():
-            family = GaugeMetricFamily(name, helps[name], labels=POD_LABELS if name in POD_GAUGES else GPU_LABELS)
+            family = GaugeMetricFamily(name, helps[name], labels=POD_LABELS)
             for labels, value in samples:
                 family.add_metric(labels, value)
             yield family

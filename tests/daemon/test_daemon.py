@@ -283,6 +283,8 @@ def test_metrics_endpoint_exports_dcgm_and_pod_series(daemon):
         util = re.search(r'DCGM_FI_DEV_GPU_UTIL\{[^}]*UUID="' + gpu + r'"[^}]*\} (\S+)', text)
         assert util and 0.0 < float(util.group(1)) <= 100.0  # the GEMMs kept it busy
         assert re.search(r"fgpu_pod_kernels_total\{[^}]*" + re.escape('container="main"'), text)
+        # the only pod on gpu0 right now: dcgm-exporter-style pod labels on the GPU's own series too
+        assert re.search(r'DCGM_FI_DEV_FB_USED\{[^}]*UUID="' + gpu + r'"[^}]*pod="trainer"', text)
         assert pod.split(",")[0] in text
         ctx.close()
 
