@@ -126,7 +126,7 @@ class KubePods:
 
     def _patch_pod(self, pod: PodView, body: dict) -> None:
         try:
-            self.core.patch_namespaced_pod(pod.name, pod.namespace, body)
+            self.core.patch_namespaced_pod(pod.name, pod.namespace, body, _preload_content=False)
         except Exception as err:
             log.warning("cannot record allocation on %s/%s: %s", pod.namespace, pod.name, err)
 

@@ -133,6 +133,7 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         return out
 
     def Allocate(self, request, context):
+        start = time.perf_counter()
         out = api_pb2.AllocateResponse()
         try:
             for req in request.container_requests:
@@ -146,6 +147,7 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
             code = grpc.StatusCode.INVALID_ARGUMENT if err.field == "devices_ids" else \
                 grpc.StatusCode.FAILED_PRECONDITION
             context.abort(code, str(err))
+        log.debug("Allocate %s served in %.3f ms", self.resource.name, (time.perf_counter() - start) * 1000)
         return out
 
     def _allocate_one(self, ids: list[str]):

@@ -54,8 +54,8 @@ class StubKubelet(api_pb2_grpc.RegistrationServicer):
                     self.devices[resource] = list(resp.devices)
                     self.updates[resource] = self.updates.get(resource, 0) + 1
                     self._cond.notify_all()
-        except grpc.RpcError:
-            pass  # plugin or stub stopped
+        except (grpc.RpcError, ValueError):
+            pass  # plugin or stub stopped (ValueError: the channel was closed under us)
 
     # --- lifecycle ---
     def start(self) -> None:
