@@ -130,7 +130,8 @@ def _timeslice_at(gpu, params: PerfParams, clients: list[ClientLoad], kernel: li
     preempt_cost = params.context_switch_s + state
     yield_cost = params.context_switch_s
     slice_s = params.timeslice_s
-    horizon = max(200 * slice_s, 100 * max(h + w for h, w in zip(host, work, strict=True)))
+    period = max(h + w for h, w in zip(host, work, strict=True))
+    horizon = max(200 * slice_s, min(100 * period, 3000 * slice_s))  # steady state; partial batches count
 
     ready = list(host)
     remaining = list(work)
@@ -217,7 +218,7 @@ def _mps(gpu, params: PerfParams, clients: list[ClientLoad]) -> list[float]:
     prof = _Profiles(gpu, params)
     h = params.host_dispatch_s
     solo = [_solo_kernel(gpu, params, c.op, caps[i]) for i, c in enumerate(clients)]
-    horizon = max(0.02, 60 * max(c.batch * max(s, h) + h for c, s in zip(clients, solo, strict=True)))
+    horizon = max(0.005, 60 * max(c.batch * max(s, h) + h for c, s in zip(clients, solo, strict=True)))
 
     batch_start = [0.0] * n
     index = [0] * n            # next op of the batch
