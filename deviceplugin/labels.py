@@ -6,7 +6,7 @@ needs no CRD installed, travels with the Node object the scheduler already watch
 hundred bytes per GPU). Schema v1:
 
     {"version": "v1", "node": str, "migStrategy": str, "memoryQuota": str, "timeDilation": float,
-     "resources": {name: device count},
+     "resources": {name: device count}, "nodeResources": {fractional memory/cores resource: amount},
      "gpus": [{"index", "uuid", "model", "shortName", "memBytes", "sms", "sharing", "replicas",
                "healthy", "xid", "mig": [{"uuid", "profile", "start", "memBytes", "sms", "healthy"}]}]}
 """
@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from deviceplugin.resources import Resource, mig_resource_name
+from deviceplugin.resources import Resource, mig_resource_name, node_level_resources
 from simgpu.nodeconfig import GpuDevice, NodeConfig
 
 INVENTORY = "fgpu.io/gpu-inventory"
@@ -98,7 +98,8 @@ def inventory(cfg: NodeConfig, node_name: str, gpus: list[GpuDevice], resources:
     return {
         "version": "v1", "node": node_name, "migStrategy": cfg.effective_mig_strategy,
         "memoryQuota": cfg.memory_quota, "timeDilation": cfg.time_dilation,
-        "resources": {r.name: len(r.slots) for r in resources}, "gpus": out_gpus,
+        "resources": {r.name: len(r.slots) for r in resources},
+        "nodeResources": node_level_resources(cfg, node_name), "gpus": out_gpus,
     }
 
 

@@ -155,6 +155,7 @@ def test_inventory_reports_health_and_mig():
     assert (g["healthy"], g["xid"], g["sms"]) == (False, 79, gpus[0].spec.sms)
     assert [m["profile"] for m in g["mig"]] == ["3g.20gb", "4g.20gb"] and not g["mig"][0]["healthy"]
     assert inv["resources"] == {"nvidia.com/mig-3g.20gb": 1, "nvidia.com/mig-4g.20gb": 1}
+    assert inv["nodeResources"] == {}
     assert json.loads(inventory_annotation(inv)[INVENTORY]) == inv
 
 

@@ -146,3 +146,4 @@ def test_labels_inventory_and_node_resources_published(node_and_plugin):
     spec = cfg.gpu_devices(NODE)[0].spec
     assert node.status.capacity["nvidia.com/gpumem"] == str(2 * (spec.mem_bytes >> 20))
     assert node.status.capacity["nvidia.com/gpucores"] == "200"
+    assert inv["nodeResources"] == {"nvidia.com/gpumem": 2 * (spec.mem_bytes >> 20), "nvidia.com/gpucores": 200}
