@@ -3,6 +3,7 @@ constants (no GPU here): the fit must reproduce them and recover the identifiabl
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -137,3 +138,45 @@ def test_calibrate_without_gpu_or_measurements_exits_2(tmp_path, capsys):
     assert main(["calibrate", "--out", str(tmp_path / "x.yaml")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "torch" in err
+
+
+def test_measurement_set_covers_the_reference_protocol():
+    from simgpu.calibrate_measure import gemm_cases
+
+    path = Path("/work/shared/calibration/h100_reference.json")
+    if not path.is_file():
+        pytest.skip("shared calibration file not present")
+    ref = json.loads(path.read_text())
+    ours = set(gemm_cases())
+    assert {(g["m"], g["n"], g["k"], g["dtype"]) for g in ref["gemm"]} <= ours
+    assert (4096, 4096, 4095, "fp16") in ours and (4095, 4096, 4096, "fp16") in ours  # which dim needs alignment
+
+
+@pytest.mark.parametrize("info, expected", [
+    ({"device": "NVIDIA H100 80GB HBM3", "sms": 132}, "H100-SXM5-80GB"),
+    ({"device": "NVIDIA H200", "sms": 132}, "H200-SXM-141GB"),
+    ({"device": "Tesla T4", "sms": 40}, "T4"),
+])
+def test_measured_device_is_matched_to_the_catalog(info, expected):
+    from simgpu.commands.calibrate import match_catalog
+
+    assert match_catalog(info, None).name.startswith(expected.split("-")[0])
+    assert match_catalog(info, None).name == get_gpu(expected).name
+
+
+def test_unknown_device_asks_for_gpu():
+    from simgpu.commands.calibrate import match_catalog
+
+    with pytest.raises(SimgpuError) as err:
+        match_catalog({"device": "NVIDIA B200", "sms": 148}, None)
+    assert err.value.field == "gpu"
+    assert match_catalog({"device": "NVIDIA B200", "sms": 148}, "H100").short_name == "H100"
+
+
+def test_measured_spec_takes_what_the_device_reports():
+    from simgpu.commands.calibrate import measured_spec
+
+    spec = measured_spec(get_gpu("H200"), {"device": "NVIDIA H200", "sms": 132, "mem_bytes": 150109880320,
+                                          "l2_bytes": 62914560, "max_sm_mhz": 1980.0, "power_limit_w": 600.0})
+    assert (spec.mem_bytes, spec.l2_bytes, spec.power_w) == (150109880320, 62914560, 600.0)
+    assert "NVIDIA H200" in spec.aliases
