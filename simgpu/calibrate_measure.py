@@ -25,6 +25,8 @@ ALIGN_PROBES = ((4096, 4096, 4095, "fp16"), (4096, 4095, 4096, "fp16"), (4095, 4
 WAVE_PROBES = ((2304, 1536, 4096, "fp16"), (2304, 1664, 4096, "fp16"), (2304, 3072, 4096, "fp16"),
                (2304, 3200, 4096, "fp16"))
 EXTRA = ((512, 1024, 4096, "fp16"), (128, 4096, 4096, "fp16"), (128, 1000, 4096, "fp16"))
+# The looping workers' ops: bf16 cube GEMMs of these sizes, or a 1 GiB copy ("stream").
+LOOP_GEMM_SIZES = {"gemm": 8192, "gemm_mid": 4096, "gemm_small": 1024}
 TIMESLICE_CASES = (("gemm_x1", ["gemm"]), ("gemm_x2", ["gemm", "gemm"]), ("gemm_x4", ["gemm"] * 4),
                    ("stream_x1", ["stream"]), ("stream_x2", ["stream", "stream"]),
                    ("gemm+stream", ["gemm", "stream"]), ("small_x1", ["gemm_small"]),
@@ -106,17 +108,11 @@ def _worker(kind: str, seconds: float, barrier, queue, env: dict) -> None:
     os.environ.update(env)
     import torch
     torch.cuda.init()
-    if kind == "gemm":
-        a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-        b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-        work = 2 * 8192**3
-
-        def op():
-            return a @ b
-    elif kind == "gemm_small":
-        a = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
-        b = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
-        work = 2 * 1024**3
+    if kind in LOOP_GEMM_SIZES:
+        size = LOOP_GEMM_SIZES[kind]
+        a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+        work = 2 * size**3
 
         def op():
             return a @ b
@@ -138,7 +134,9 @@ def _worker(kind: str, seconds: float, barrier, queue, env: dict) -> None:
         torch.cuda.synchronize()
         it += 4
     dt = time.perf_counter() - t0
-    queue.put({"kind": kind, "iters": it, "s": dt, "rate_per_s": it / dt, "work_per_s": work * it / dt})
+    pct = env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
+    queue.put({"kind": kind, "iters": it, "s": dt, "rate_per_s": it / dt, "work_per_s": work * it / dt,
+               "mps_pct": int(pct) if pct else None})
 
 
 def colocate_run(kinds: list[str], seconds: float, envs: list[dict] | None = None) -> list[dict]:
