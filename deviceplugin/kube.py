@@ -52,7 +52,9 @@ class KubePods:
         self._lock = threading.Lock()
         self._rv = ""
         self._stop = threading.Event()
-        self._patcher = futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="pod-patch")
+        # one worker: patches of one pod must land in order (each carries the full list so far)
+        self._patcher = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="pod-patch")
+        self._recorded: dict[str, set[str]] = {}  # pod uid -> containers this plugin allocated
         self._synced = False
         if watch:
             threading.Thread(target=self._watch_loop, name="pod-watch", daemon=True).start()
@@ -120,7 +122,11 @@ class KubePods:
 
     def mark_allocated(self, pod: PodView, container: str) -> None:
         """Record the allocated container on the pod, off Allocate's critical path."""
-        done = sorted(pod.allocated_containers() | {container})
+        mine = self._recorded.setdefault(pod.uid, set())
+        mine.add(container)
+        if len(self._recorded) > 4096:  # bounded: old pods are long gone
+            self._recorded = {pod.uid: mine}
+        done = sorted(pod.allocated_containers() | mine)
         body = {"metadata": {"annotations": {ALLOCATED: json.dumps(done)}}}
         self._patcher.submit(self._patch_pod, pod, body)
 

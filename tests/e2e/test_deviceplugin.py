@@ -147,3 +147,23 @@ def test_labels_inventory_and_node_resources_published(node_and_plugin):
     assert node.status.capacity["nvidia.com/gpumem"] == str(2 * (spec.mem_bytes >> 20))
     assert node.status.capacity["nvidia.com/gpucores"] == "200"
     assert inv["nodeResources"] == {"nvidia.com/gpumem": 2 * (spec.mem_bytes >> 20), "nvidia.com/gpucores": 200}
+
+
+def test_two_containers_of_one_pod_both_recorded(node_and_plugin, namespace):
+    core, kubelet, cfg = node_and_plugin
+    gpu = cfg.gpu_devices(NODE)[0].uuid
+    assignment = Assignment(node=NODE, containers=[
+        ContainerAssignment(name=n, devices=[DeviceShare(uuid=gpu, memBytes=1 << 30, smPct=10)]) for n in ("a", "b")])
+    core.create_namespaced_pod(namespace, {
+        "metadata": {"name": "two", "annotations": {ASSIGNMENT: dump_assignment(assignment),
+                                                    ASSIGNED_AT: "2026-01-01T00:00:00Z"}},
+        "spec": {"nodeName": NODE, "containers": [{"name": n, "image": "busybox"} for n in ("a", "b")]}})
+    slots = kubelet.wait_devices("nvidia.com/gpu", lambda d: len(d) == 8, timeout=20)
+    # back to back: the second Allocate comes before the watch has seen the first one's record
+    first = dict(_allocate(kubelet, slots[0].ID).envs)
+    second = dict(_allocate(kubelet, slots[1].ID).envs)
+    assert verify_token(SECRET, first["FGPU_CONTEXT_TOKEN"]).container == "a"
+    assert verify_token(SECRET, second["FGPU_CONTEXT_TOKEN"]).container == "b"
+    recorded = _wait(lambda: json.loads(core.read_namespaced_pod("two", namespace).metadata.annotations.get(
+        ALLOCATED, "[]")) == ["a", "b"])
+    assert recorded, core.read_namespaced_pod("two", namespace).metadata.annotations
