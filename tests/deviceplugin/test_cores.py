@@ -166,3 +166,17 @@ def test_media_extension_profile_gets_a_valid_resource_name():
     import re
     assert all(re.fullmatch(r"[a-z0-9.]+/[A-Za-z0-9][-A-Za-z0-9_.]*", n) for n in names)
     assert "nvidia.com/mig-1g.10gb.me.count" in node_labels(cfg, cfg.gpu_devices("n1"))
+
+
+@given(st.lists(st.text(max_size=40), max_size=4))
+def test_allocate_slots_fuzzed_ids_refused_cleanly(ids):
+    from deviceplugin.allocate import allocate_slots
+
+    [res] = discover(TS, "n1")
+    known = {s.id for s in res.slots}
+    if ids and set(ids) <= known and len(set(ids)) == len(ids):
+        assert allocate_slots(res, ids, AllocContext("n1", SECRET)).envs["NVIDIA_VISIBLE_DEVICES"]
+    else:
+        with pytest.raises(AllocateError) as err:
+            allocate_slots(res, ids, AllocContext("n1", SECRET))
+        assert err.value.field == "devices_ids"
