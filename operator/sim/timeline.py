@@ -5,18 +5,18 @@ waits in a FIFO queue and is retried whenever resources are freed (later pods ma
 still does not fit); a pod still waiting at its deletion time gives up. We report allocation over time, the
 queueing delay of pods that had to wait, and the slowdown of pods sharing a GPU, by QoS class.
 
-Slowdown of a sharing pod = its solo speed / its speed with the co-located sharing pods of its GPU, all busy,
-time-sliced, averaged over its lifetime (weighted by time). With `simgpu.perf` importable we use its
-time-slicing model (a 2048^3 GEMM loop per client, fp16 where the GPU has it on the node's GPU model, or a comparable catalog GPU);
-otherwise a documented fallback: k busy clients each get 1/k of the GPU, minus a context switch of 0.15 ms
-per 2.1 ms slice (the H100 measurements in data/calibration/h100_reference.json).
+Slowdown of a sharing pod = its solo speed / its expected speed next to the other sharing pods of its GPU,
+averaged over its lifetime (weighted by time). With simgpu importable, `interference.InterferenceModel` prices
+it with simgpu's time-slicing model (each pod loops on a GEMM, busy a fraction of time equal to its GPU share).
+For GPUs simgpu has no model of (the undisclosed G2/G3 get stand-ins there; others fall through), or without
+simgpu, a documented fallback: k always-busy clients each get 1/k of the GPU, minus a 0.15 ms context switch
+per 2.1 ms slice (the H100 time-slicing measurements in DESIGN.md section 6).
 """
 from __future__ import annotations
 
 import heapq
 from collections import deque
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 import numpy as np
 from fgpu_operator.placement.fragmentation import TargetWorkload
@@ -27,9 +27,6 @@ from fgpu_operator.placement.policies import make_policy
 from .trace import QOS_CLASSES, Trace
 
 SLICE_S, SWITCH_S = 2.1e-3, 0.15e-3
-#: openb GPU model -> simgpu catalog GPU used for the interference model (G2/G3 are undisclosed: A10/A100).
-SIMGPU_MODEL = {"T4": "T4", "P100": "P100", "V100M16": "V100-16GB", "V100M32": "V100", "A10": "A10",
-                "G2": "A10", "G3": "A100-40GB", "A100": "A100-80GB"}
 TIME_POINTS = 20
 
 
@@ -37,23 +34,26 @@ def fallback_slowdown(k: int) -> float:
     return 1.0 if k <= 1 else k * (SLICE_S + SWITCH_S) / SLICE_S
 
 
-@lru_cache(maxsize=256)
-def slowdown(model: str, k: int) -> tuple[float, str]:
-    """(slowdown of each of k busy co-located clients, source of the number)."""
-    if k <= 1:
-        return 1.0, "solo"
+def make_interference():
+    """simgpu's model through `interference.InterferenceModel` (duty cycle = GPU share), or None without it."""
     try:
-        from simgpu.catalog import get_gpu
-        from simgpu.perf.colocation import ClientLoad, colocate
-        from simgpu.perf.ops import GemmOp
+        import simgpu.perf  # noqa: F401
+
+        from .interference import InterferenceModel
     except ImportError:
-        return fallback_slowdown(k), "fallback"
-    gpu = get_gpu(SIMGPU_MODEL.get(model, "T4"))
-    dtypes = gpu.supported_dtypes()
-    op = GemmOp(2048, 2048, 2048, "fp16" if "fp16" in dtypes else dtypes[0])
-    solo = colocate(gpu, "timeslice", [ClientLoad(op)])[0]
-    shared = colocate(gpu, "timeslice", [ClientLoad(op)] * k)
-    return float(solo / np.mean(shared)), "simgpu.perf"
+        return None
+    return InterferenceModel()
+
+
+def slowdown(model, gpu_model: str, others: list[float]) -> tuple[float, str]:
+    """(slowdown of one sharing pod whose co-runners have duty cycles `others`, source of the number)."""
+    if not others:
+        return 1.0, "solo"
+    if model is None:
+        return fallback_slowdown(1 + len(others)), "fallback"
+    if not model.modelled(gpu_model):
+        return fallback_slowdown(1 + len(others)), "fallback"
+    return model.factor(gpu_model, others), "simgpu.perf"
 
 
 @dataclass
@@ -121,6 +121,8 @@ class _Sharing:
 
     def __init__(self, cluster: Cluster):
         self.cluster = cluster
+        self.model = make_interference()
+        self.duty: dict[str, float] = {}
         self.residents: dict[tuple[int, int], set[str]] = {}
         self.since: dict[tuple[int, int], float] = {}
         self.acc: dict[str, list[float]] = {}  # name -> [sum(dt * slowdown), sum(dt)]
@@ -129,12 +131,13 @@ class _Sharing:
     def _flush(self, gpu: tuple[int, int], now: float) -> None:
         pods = self.residents.get(gpu, set())
         if pods:
-            model = self.cluster.nodes[gpu[0]].model
-            factor, source = slowdown(model, len(pods))
-            if source != "solo":
-                self.source = source
+            gpu_model = self.cluster.nodes[gpu[0]].model
             dt = now - self.since[gpu]
             for name in pods:
+                others = sorted(self.duty[o] for o in pods if o != name)
+                factor, source = slowdown(self.model, gpu_model, others)
+                if source != "solo" and self.source != "fallback":
+                    self.source = source
                 self.acc[name][0] += dt * factor
                 self.acc[name][1] += dt
         self.since[gpu] = now
@@ -143,12 +146,14 @@ class _Sharing:
         gpu = (p.node, p.gpus[0])
         self._flush(gpu, now)
         self.residents.setdefault(gpu, set()).add(p.request.name)
+        self.duty[p.request.name] = p.request.gpu_milli / MILLI
         self.acc.setdefault(p.request.name, [0.0, 0.0])
 
     def leave(self, p: Placement, now: float) -> float:
         gpu = (p.node, p.gpus[0])
         self._flush(gpu, now)
         self.residents[gpu].discard(p.request.name)
+        self.duty.pop(p.request.name, None)
         total, span = self.acc.pop(p.request.name)
         return total / span if span > 0 else 1.0
 
@@ -218,4 +223,4 @@ def run_timeline(nodes: list[NodeSpec], trace: Trace, policy_name: str, seed: in
     return result
 
 
-__all__ = ["MILLI", "TimelineResult", "fallback_slowdown", "run_timeline", "slowdown"]
+__all__ = ["TimelineResult", "fallback_slowdown", "run_timeline", "slowdown"]

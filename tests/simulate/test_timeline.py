@@ -25,7 +25,8 @@ def test_sharing_pods_are_slowed_by_their_co_runners():
     nodes = [NodeSpec("n", 8000, 65536, 1, "T4")]
     trace = Trace("t", (pod("a", 0, 100, 500, "LS"), pod("b", 0, 100, 400, "BE")))
     r = run_timeline(nodes, trace, "bestfit")
-    assert r.slowdown_by_qos["LS"][0] > 1.5 and r.slowdown_by_qos["BE"][0] > 1.5
+    ls, be = r.slowdown_by_qos["LS"][0], r.slowdown_by_qos["BE"][0]
+    assert 1.05 < ls < be  # BE's co-runner (0.5 GPU) is busier than LS's (0.4 GPU)
 
 
 def test_fallback_model_is_k_times_slower_plus_switch_cost():
