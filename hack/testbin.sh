@@ -23,12 +23,17 @@ OUT="$ROOT/$PINNED"
 SRC="$ROOT/src/$PINNED"
 LOG="$ROOT/build-$PINNED.log"
 BINARIES=(kube-apiserver kube-controller-manager kube-scheduler etcd kwok helm)
+# KWOK's own stage definitions (node-initialize, node-heartbeat, pod ready/complete/delete), taken from the
+# kwok module at build time; the bare `kwok` binary has none built in and refuses to start without them.
+KWOK_STAGES=kwok-stages.yaml
+KWOK_STAGE_FILES=(node/fast/node-initialize.yaml node/heartbeat/node-heartbeat.yaml
+                  pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml)
 
 say() { echo "testbin: $*" >&2; }
 die() { echo "testbin: $*" >&2; exit 1; }
 
 warm() {
-    [[ -f "$OUT/.stamp" && "$(cat "$OUT/.stamp")" == "$PINNED" ]] || return 1
+    [[ -f "$OUT/.stamp" && "$(cat "$OUT/.stamp")" == "$PINNED" && -f "$OUT/$KWOK_STAGES" ]] || return 1
     local b
     for b in "${BINARIES[@]}"; do [[ -x "$OUT/$b" ]] || return 1; done
 }
@@ -157,6 +162,23 @@ if [[ ! -x "$OUT/helm" ]]; then
     t=$SECONDS
     gorun "helm $HELM_VERSION" build "$SRC/helm" go build -p "$JOBS" -trimpath -ldflags "$ldf" -o "$OUT/helm" helm.sh/helm/v3/cmd/helm
     say "helm: compiled in $((SECONDS - t)) s"
+fi
+
+# ---- KWOK stages ---------------------------------------------------------------------------------------
+if [[ ! -f "$OUT/$KWOK_STAGES" ]]; then
+    [[ -f "$SRC/kwok/go.mod" ]] || new_module kwok
+    kdir=$(cd "$SRC/kwok" && go mod download -json sigs.k8s.io/kwok@"$KWOK_VERSION" 2>>"$LOG" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p') || true
+    [[ -n "$kdir" && -d "$kdir/kustomize/stage" ]] || die "cannot download sigs.k8s.io/kwok@$KWOK_VERSION (for its stage files) from the Go module proxy (GOPROXY=$GOPROXY_SHOWN) (full log: $LOG)"
+    {
+        echo "# KWOK stages copied from sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage by hack/testbin.sh"
+        for f in "${KWOK_STAGE_FILES[@]}"; do
+            [[ -f "$kdir/kustomize/stage/$f" ]] || die "sigs.k8s.io/kwok@$KWOK_VERSION has no kustomize/stage/$f"
+            echo "---"
+            cat "$kdir/kustomize/stage/$f"
+        done
+    } >"$OUT/$KWOK_STAGES.tmp"
+    mv "$OUT/$KWOK_STAGES.tmp" "$OUT/$KWOK_STAGES"
+    say "kwok: wrote $KWOK_STAGES"
 fi
 
 say "checking that each binary runs"

@@ -6,6 +6,7 @@
     kwok                session: + KWOK (fake nodes Ready, their pods Running)
     make_kwok_node      function: make_kwok_node(name, capacity) -> V1Node; deleted after the test
     namespace           function: a fresh namespace that can take pods at once
+    kubeconfig_env      function: KUBECONFIG -> the admin kubeconfig, also for in-process clients (Kopf)
 
 Everything runs on 127.0.0.1 with free ports, in a temp dir whose path is printed when a test fails.
 """
@@ -115,6 +116,18 @@ def make_kwok_node(kwok: ControlPlane):
             except ApiException as e:
                 if e.status != 404:
                     raise
+
+
+@pytest.fixture
+def kubeconfig_env(k8s: ControlPlane, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Point KUBECONFIG at the admin kubeconfig for this test, for subprocesses *and* in-process code
+    (Kopf, `kubernetes.config.load_kube_config()`): the client library reads KUBECONFIG once, at import, so
+    setting the variable alone does not reach code running in this process."""
+    from kubernetes.config import kube_config
+
+    monkeypatch.setenv("KUBECONFIG", str(k8s.kubeconfig))
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(k8s.kubeconfig))
+    return k8s.kubeconfig
 
 
 @pytest.fixture

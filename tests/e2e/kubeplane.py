@@ -348,7 +348,6 @@ class ControlPlane:
             f"--config={self.testbin / KWOK_STAGES}",
             "--manage-all-nodes=false",
             f"--manage-nodes-with-annotation-selector={key}={value}",
-            "--disregard-status-with-annotation-selector=kwok.x-k8s.io/status=custom",
             "--cidr=10.244.0.0/16",
             "--node-ip=10.0.1.1",
             f"--server-address=127.0.0.1:{port}",

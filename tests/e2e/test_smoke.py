@@ -83,12 +83,11 @@ OPERATOR = textwrap.dedent('''
 ''')
 
 
-def test_kopf_operator_sees_pod_create(k8s, namespace, tmp_path, monkeypatch):
+def test_kopf_operator_sees_pod_create(k8s, namespace, tmp_path, kubeconfig_env):
     from kopf.testing import KopfRunner
 
     operator = tmp_path / "smoke_operator.py"
     operator.write_text(OPERATOR)
-    monkeypatch.setenv("KUBECONFIG", str(k8s.kubeconfig))
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
