@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 
@@ -62,7 +63,8 @@ def register(subparsers) -> None:
                    help="replay: FGD paper protocol (pods never depart); timeline: the trace's own times")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--plot", metavar="FILE.png", help="write allocation/fragmentation curves to FILE.png")
-    p.add_argument("--workers", type=int, default=1, metavar="N", help="processes to use (default: 1)")
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, metavar="N",
+                   help="processes to use (default: all CPUs)")
     p.set_defaults(func=run)
 
 
