@@ -7,6 +7,7 @@ import re
 import subprocess
 import textwrap
 import time
+import uuid
 
 import pytest
 from kubernetes import client
@@ -191,3 +192,24 @@ def test_binary_reports_pinned_version(testbin, binary):
     assert out.returncode == 0, out.stderr
     # etcd prints "etcd Version: 3.5.35", the others a v-prefixed version
     assert re.search(rf"\bv?{re.escape(want.lstrip('v'))}\b", out.stdout), out.stdout
+
+
+def test_controller_manager_runs_namespace_lifecycle(k8s, controller_manager):
+    """With kube-controller-manager, a bare namespace gets its `default` ServiceAccount and deleting it
+    completes (neither happens with etcd + apiserver alone)."""
+    name = f"cm-smoke-{uuid.uuid4().hex[:6]}"
+    with k8s.api() as api:
+        core = client.CoreV1Api(api)
+        core.create_namespace({"metadata": {"name": name}})  # not k8s.create_namespace: no SA made for it
+        wait_for(lambda: [s.metadata.name for s in core.list_namespaced_service_account(name).items
+                          if s.metadata.name == "default"], 60, f"the default ServiceAccount in {name}")
+        core.delete_namespace(name)
+
+        def gone():
+            try:
+                core.read_namespace(name)
+            except ApiException as e:
+                return e.status == 404
+            return False
+
+        wait_for(gone, 90, f"namespace {name} to finish deleting")
