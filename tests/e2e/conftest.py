@@ -51,12 +51,11 @@ def k8s(testbin: Path, tmp_path_factory: pytest.TempPathFactory):
     datadir = Path(tempfile.mkdtemp(prefix="fgpu-etcd-"))
     plane = ControlPlane(testbin, workdir, datadir)
     _PLANE = plane
-    try:
-        plane.start()
-    except ComponentError as e:
+    problem = _attempt(plane.start)
+    if problem:
         plane.stop()
         shutil.rmtree(datadir, ignore_errors=True)
-        pytest.fail(f"control plane did not start: {e}", pytrace=False)
+        pytest.fail(f"control plane did not start: {problem}", pytrace=False)
     try:
         yield plane
     finally:
@@ -64,11 +63,20 @@ def k8s(testbin: Path, tmp_path_factory: pytest.TempPathFactory):
         shutil.rmtree(datadir, ignore_errors=True)
 
 
-def _start(plane: ControlPlane, start) -> ControlPlane:
+def _attempt(action) -> str | None:
+    """Run action(); the ComponentError message if it fails (pytest.fail is then called outside the
+    except block, so the report is that one message and not a chained traceback)."""
     try:
-        start()
+        action()
     except ComponentError as e:
-        pytest.fail(str(e), pytrace=False)
+        return str(e)
+    return None
+
+
+def _start(plane: ControlPlane, start) -> ControlPlane:
+    problem = _attempt(start)
+    if problem:
+        pytest.fail(problem, pytrace=False)
     return plane
 
 
@@ -100,12 +108,12 @@ def make_kwok_node(kwok: ControlPlane):
     made: list[str] = []
 
     def make(name: str, capacity: dict, labels: dict | None = None):
-        try:
-            node = kwok.make_kwok_node(name, capacity, labels=labels)
-        except ComponentError as e:
-            pytest.fail(str(e), pytrace=False)
-        made.append(name)
-        return node
+        made.append(name)  # before creating: a node that never gets Ready is still deleted afterwards
+        result = []
+        problem = _attempt(lambda: result.append(kwok.make_kwok_node(name, capacity, labels=labels)))
+        if problem:
+            pytest.fail(problem, pytrace=False)
+        return result[0]
 
     yield make
     with kwok.api() as api:
@@ -141,8 +149,14 @@ def namespace(k8s: ControlPlane, request: pytest.FixtureRequest) -> str:
     name = f"{name}-{uuid.uuid4().hex[:6]}"
     k8s.create_namespace(name)
     yield name
+    from kubernetes.client.rest import ApiException
+
     with k8s.api() as api:
-        client.CoreV1Api(api).delete_namespace(name)
+        try:
+            client.CoreV1Api(api).delete_namespace(name)
+        except ApiException as e:
+            if e.status != 404:  # the test may have deleted it itself
+                raise
 
 
 @pytest.hookimpl(hookwrapper=True)
