@@ -34,11 +34,12 @@ DATASETS = [
     ("H100 run 3 (held out)", "H100", [ROOT / "bench/data/h100_measured_2.json"], False),
     ("H200 (not fitted)", "H200", [ROOT / "bench/data/h200_measured.json"], False),
     ("H200, own host floors", "H200", [ROOT / "bench/data/h200_measured.json"], True),
+    ("H100 new mixes (held out)", "H100", [ROOT / "bench/data/h100_colocation_extra.json"], False),
 ]
 # Cases that show nothing but the framework's dispatch floor (their kernels take a few microseconds).
 FLOOR_SHAPES = {(256, 256, 256), (512, 512, 512)}
-LOOP_OPS = {"gemm": GemmOp(8192, 8192, 8192, "bf16"), "gemm_small": GemmOp(1024, 1024, 1024, "bf16"),
-            "stream": CopyOp(4 * 2**28)}
+LOOP_OPS = {"gemm": GemmOp(8192, 8192, 8192, "bf16"), "gemm_mid": GemmOp(4096, 4096, 4096, "bf16"),
+            "gemm_small": GemmOp(1024, 1024, 1024, "bf16"), "stream": CopyOp(4 * 2**28)}
 COPY_BYTES = 4 * 2**30
 TARGETS = {"gemm_median": 0.10, "gemm_p90": 0.25, "mps_scaling_max": 0.15, "colocation_max": 0.15}
 
@@ -98,11 +99,15 @@ def copy_rows(gpu, meas: dict) -> list[Row]:
 
 
 def _loads(name: str, entries: list[dict], mode: str) -> list[ClientLoad]:
-    pct = None
-    if mode == "mps" and "_pct" in name:
-        pct = int(name.rsplit("_pct", 1)[1])
-        pct = None if pct == 100 else pct
-    return [ClientLoad(LOOP_OPS[e["kind"]], pct) for e in entries]
+    """Each measured client as a ClientLoad: its MPS percentage is in the entry (newer files) or in the
+    case name (measure.py's "gemm_x2_pct50"); 100% is the same as no limit."""
+    loads = []
+    for e in entries:
+        pct = e.get("mps_pct")
+        if pct is None and mode == "mps" and "_pct" in name:
+            pct = int(name.rsplit("_pct", 1)[1])
+        loads.append(ClientLoad(LOOP_OPS[e["kind"]], None if mode != "mps" or pct in (None, 100) else pct))
+    return loads
 
 
 def loop_rows(gpu, meas: dict) -> list[Row]:
@@ -200,7 +205,7 @@ def plot(path: Path, results: dict[str, list[Row]]) -> None:
     import matplotlib.pyplot as plt
 
     shown = {n: r for n, r in results.items() if "own host" not in n}
-    colors = dict(zip(shown, ("tab:blue", "tab:green", "tab:orange", "tab:red"), strict=False))
+    colors = dict(zip(shown, ("tab:blue", "tab:green", "tab:orange", "tab:red", "tab:purple"), strict=False))
     groups = ["gemm", "copy", "loop", "mps_scaling", "timeslice", "mps"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5.5), gridspec_kw={"width_ratios": [1, 1.2]})
     values = [v for rows in shown.values() for r in rows if r.group == "gemm" for v in (r.measured, r.predicted)]
@@ -215,7 +220,7 @@ def plot(path: Path, results: dict[str, list[Row]]) -> None:
                      label=name)
         for gi, g in enumerate(groups):
             errs = [100 * r.error for r in rows if r.group == g]
-            xs = [gi + (offset - 1.5) * 0.15] * len(errs)
+            xs = [gi + (offset - (len(shown) - 1) / 2) * 0.13] * len(errs)
             right.scatter(xs, errs, s=14, alpha=0.8, color=colors[name], label=name if gi == 0 else None)
     left.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured TFLOPS",
              ylabel="predicted TFLOPS", title="GEMMs (all shapes and dtypes)")

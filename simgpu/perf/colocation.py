@@ -192,33 +192,39 @@ def _stream_profile(gpu, params: PerfParams, op: CopyOp | ElementwiseOp, sms: in
 
 
 class _Profiles:
-    """Memoised (compute s, DRAM bytes, seconds, power weight) of each op on n SMs at a clock."""
+    """Memoised (compute s, DRAM bytes, seconds, power weight, CTAs) of each op on n SMs at a clock."""
 
     def __init__(self, gpu, params: PerfParams):
         self.gpu, self.params, self.memo = gpu, params, {}
 
-    def get(self, op: Op, sms: int, mhz: float) -> tuple[float, float, float, float]:
+    def get(self, op: Op, sms: int, mhz: float) -> tuple[float, float, float, float, float]:
         key = (op, sms, round(mhz))
         hit = self.memo.get(key)
         if hit is None:
             if isinstance(op, GemmOp):
                 g = gemm_time(self.gpu, self.params, op, sms, round(mhz))
                 weight = self.params.power(op.dtype) * min(1.0, g.compute_s / g.seconds)
-                hit = (g.compute_s, g.dram_bytes, g.seconds, weight)
+                hit = (g.compute_s, g.dram_bytes, g.seconds, weight, float(g.ctas))
             else:
                 compute, moved, seconds = _stream_profile(self.gpu, self.params, op, sms)
-                hit = (compute, moved, seconds, 0.0)
+                hit = (compute, moved, seconds, 0.0, math.inf)  # many short CTAs: takes what it is given
             self.memo[key] = hit
         return hit
 
 
 def _mps(gpu, params: PerfParams, clients: list[ClientLoad]) -> list[float]:
+    """Fluid simulation. A kernel wants min(visible SMs, its CTAs) SMs (one CTA per SM for GEMM tiles),
+    and only its last wave's CTAs once it is in its last wave; SMs go to ready kernels in FIFO order,
+    so a kernel queued behind another starts on the SMs that the other's last wave leaves idle."""
     n = len(clients)
     caps = [gpu.sms if c.mps_pct is None else mps_visible_sms(gpu, c.mps_pct) for c in clients]
     prof = _Profiles(gpu, params)
     h = params.host_dispatch_s
     solo = [_solo_kernel(gpu, params, c.op, caps[i]) for i, c in enumerate(clients)]
     horizon = max(0.005, 60 * max(c.batch * max(s, h) + h for c, s in zip(clients, solo, strict=True)))
+    ctas = [prof.get(c.op, caps[i], gpu.boost_mhz)[4] for i, c in enumerate(clients)]
+    waves = [1 if math.isinf(k) else max(1, math.ceil(k / cap)) for k, cap in zip(ctas, caps, strict=True)]
+    last = [cap if math.isinf(k) else k - (w - 1) * cap for k, cap, w in zip(ctas, caps, waves, strict=True)]
 
     batch_start = [0.0] * n
     index = [0] * n            # next op of the batch
@@ -234,21 +240,25 @@ def _mps(gpu, params: PerfParams, clients: list[ClientLoad]) -> list[float]:
         for i in range(n):
             if not running[i] and eligible_at[i] <= t + 1e-15:
                 running[i], fifo[i] = True, eligible_at[i]
+        in_last = [waves[i] > 1 and left[i] <= 1.0 / waves[i] + 1e-12 for i in range(n)]
+        want = [int(min(caps[i], last[i] if in_last[i] else ctas[i])) for i in range(n)]
         alloc = [0] * n
         free = gpu.sms
         for i in sorted((i for i in range(n) if running[i]), key=lambda i: (fifo[i], i)):
-            alloc[i] = min(caps[i], free)
+            alloc[i] = min(want[i], free)
             free -= alloc[i]
-        speed = _speeds(gpu, params, prof, clients, alloc)
+        speed = _speeds(gpu, params, prof, clients, alloc, want, caps)
         step = math.inf
         for i in range(n):
             if running[i] and speed[i] > 0:
                 step = min(step, left[i] / speed[i])
+                if waves[i] > 1 and not in_last[i]:
+                    step = min(step, (left[i] - 1.0 / waves[i]) / speed[i])
             elif not running[i]:
                 step = min(step, eligible_at[i] - t)
         if not math.isfinite(step):
             break
-        t += step
+        t += max(step, 0.0)
         for i in range(n):
             if running[i] and speed[i] > 0:
                 left[i] -= speed[i] * step
@@ -262,23 +272,34 @@ def _mps(gpu, params: PerfParams, clients: list[ClientLoad]) -> list[float]:
     return [(d + (1.0 - left[i] if running[i] else 0.0)) / t for i, d in enumerate(done)]
 
 
-def _speeds(gpu, params: PerfParams, prof: _Profiles, clients: list[ClientLoad], alloc: list[int]) -> list[float]:
-    """Fraction of its op each client completes per second, given its SMs, the shared clock and DRAM."""
+def _speeds(gpu, params: PerfParams, prof: _Profiles, clients: list[ClientLoad], alloc: list[int],
+            want: list[int], caps: list[int]) -> list[float]:
+    """Fraction of its op each client completes per second, given its SMs, the shared clock and DRAM.
+    A GEMM runs at its full speed on its visible SMs while it has every SM it wants, proportionally
+    slower with fewer; a bandwidth-bound kernel runs at what its SMs can stream."""
     active = [i for i, a in enumerate(alloc) if a > 0]
     speeds = [0.0] * len(alloc)
     if not active:
         return speeds
+
+    def profile(i: int, mhz: float):
+        gemm = isinstance(clients[i].op, GemmOp)
+        return prof.get(clients[i].op, caps[i] if gemm else alloc[i], mhz)
+
+    def share(i: int) -> float:
+        return alloc[i] / want[i] if isinstance(clients[i].op, GemmOp) else 1.0
+
     mhz = gpu.boost_mhz
     for _ in range(3):
-        demand = sum(alloc[i] / gpu.sms * prof.get(clients[i].op, alloc[i], mhz)[3] for i in active)
+        demand = sum(alloc[i] / gpu.sms * profile(i, mhz)[3] for i in active)
         mhz = clock_mhz(gpu.boost_mhz, demand)
-    profiles = {i: prof.get(clients[i].op, alloc[i], mhz) for i in active}
-    bw = bandwidth(gpu.mem_bw_bytes_per_s, params.dram_efficiency, sum(alloc), params.sm_bandwidth_bytes_per_s)
-    want = {i: p[1] / p[2] for i, p in profiles.items()}
-    total = sum(want.values())
-    for i, (compute, dram, seconds, _) in profiles.items():
+    profiles = {i: profile(i, mhz) for i in active}
+    bw = gpu.mem_bw_bytes_per_s * params.dram_efficiency  # each kernel's own SM limit is in its profile
+    wanted = {i: p[1] / p[2] * share(i) for i, p in profiles.items()}
+    total = sum(wanted.values())
+    for i, (_, dram, seconds, _, _) in profiles.items():
+        speed = share(i) / seconds
         if total > bw and dram > 0:
-            share = bw * want[i] / total
-            seconds = max(seconds, params.launch_s + max(compute, dram / share))
-        speeds[i] = 1.0 / seconds
+            speed = min(speed, bw * wanted[i] / total / dram)
+        speeds[i] = speed
     return speeds

@@ -25,6 +25,7 @@ class GemmTime:
     tile: tuple[int, int]
     split_k: int
     waves: int
+    ctas: int = 0         # CTAs (tiles x split-K) of the chosen configuration
 
 
 def alignment_bytes(op: GemmOp) -> int:
@@ -78,6 +79,6 @@ def gemm_time(gpu, params: PerfParams, op: GemmOp, sms: int, mhz: float) -> Gemm
             memory_s = dram / bw
             seconds = max(compute_s, memory_s) + params.launch_s * (2 if split > 1 else 1)
             if best is None or seconds < best.seconds:
-                best = GemmTime(seconds, compute_s, memory_s, dram, (tm, tn), split, waves)
+                best = GemmTime(seconds, compute_s, memory_s, dram, (tm, tn), split, waves, tiles)
     assert best is not None
     return best
