@@ -32,7 +32,8 @@ def timing(policies: list[str], seed: int) -> int:
     from fgpu_operator.sim.replay import replay
 
     nodes, trace = load_nodes(None), load_pods(None)
-    print(f"one replay of the default trace (seed {seed}, tune 1.3, {len(trace.pods)} pods), one core")
+    print(f"one replay of the default trace (seed {seed}, tune 1.3: {len(trace.pods)} trace pods -> about "
+          f"{round(len(trace.pods) * 1.33, -2):.0f} arrivals), one process")
     print(f"{'policy':<11} {'seconds':>8} {'pods/s':>8} {'alloc@100 %':>12}  target <= {TARGET_SECONDS:.0f} s")
     worst = 0.0
     for policy in policies:

@@ -87,19 +87,22 @@ class FragMeter:
     def __init__(self, cluster: Cluster, workload: TargetWorkload):
         self.workload = workload
         self.access = workload.access(cluster)
-        self.milli = workload.milli[None, :, None]
+        # Shapes share few distinct GPU fractions: count fitting GPUs once per fraction, then fan out.
+        self.fractions, self.shape_fraction = np.unique(workload.milli, return_inverse=True)
+        self.fraction_grid = self.fractions.astype(np.int32)[None, :, None]
         self.count = workload.count[None, :]
         self.cpu = workload.cpu[None, :]
         self.freq = workload.freq
 
     def amount(self, cpu_left: np.ndarray, gpu_left: np.ndarray, model_idx: np.ndarray) -> np.ndarray:
         """Fragment (milli-GPU) of M node states: cpu_left (M,), gpu_left (M, G), model_idx (M,)."""
-        idle = gpu_left.sum(axis=1).astype(np.float64)
+        idle = gpu_left.sum(axis=1)
         if self.freq.size == 0:
             return idle * self.workload.cpu_freq
-        fits = gpu_left[:, None, :] >= self.milli  # (M, T, G)
-        small = np.where(fits, 0, gpu_left[:, None, :]).sum(axis=2)  # idle milli on GPUs too small for t
-        ok = self.access[model_idx] & (cpu_left[:, None] >= self.cpu) & (fits.sum(axis=2) >= self.count)
+        fits = gpu_left[:, None, :] >= self.fraction_grid  # (M, U, G)
+        fitting = fits.sum(axis=2)[:, self.shape_fraction]  # (M, T) GPUs with room for shape t
+        small = (idle[:, None] - (gpu_left[:, None, :] * fits).sum(axis=2))[:, self.shape_fraction]
+        ok = self.access[model_idx] & (cpu_left[:, None] >= self.cpu) & (fitting >= self.count)
         per_shape = np.where(ok, small, idle[:, None])
         return per_shape @ self.freq + idle * self.workload.cpu_freq
 

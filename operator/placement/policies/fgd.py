@@ -58,7 +58,6 @@ class FgdPolicy(BasePolicy):
         if stale.size:
             cache.score[stale], cache.gpu[stale] = self.evaluate(request, stale)
             cache.version[stale] = self.cluster.version[stale]
-        self._last = cache
         return cache.score
 
     def evaluate(self, request: Request, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -66,20 +65,23 @@ class FgdPolicy(BasePolicy):
         c = self.cluster
         cpu_req, milli, count, _ = request.spec
         cpu, left, model = c.cpu_left[nodes], c.gpu_left[nodes], c.model_idx[nodes]
-        before = self.meter.amount(cpu, left, model)
         cpu_after = cpu - cpu_req
+        n = nodes.size
         if not request.is_share:
             after_left = take_whole_gpus(left, milli, count) if request.wants_gpu else left
-            after = self.meter.amount(cpu_after, after_left, model)
-            return self.node_scores(before - after), np.zeros(nodes.size, dtype=np.int64)
+            both = self.meter.amount(np.concatenate([cpu, cpu_after]), np.concatenate([left, after_left]),
+                                     np.concatenate([model, model]))
+            return self.node_scores(both[:n] - both[n:]), np.zeros(n, dtype=np.int64)
         width = left.shape[1]
         trial = left[:, None, :] - milli * np.eye(width, dtype=left.dtype)[None, :, :]  # (n, G, G)
+        both = self.meter.amount(np.concatenate([cpu, np.repeat(cpu_after, width)]),
+                                 np.concatenate([left, trial.reshape(-1, width)]),
+                                 np.concatenate([model, np.repeat(model, width)]))
+        before, after = both[:n], both[n:].reshape(n, width)
         valid = left >= milli
-        after = self.meter.amount(np.repeat(cpu_after, width), trial.reshape(-1, width),
-                                  np.repeat(model, width)).reshape(nodes.size, width)
         scores = np.where(valid, self.gpu_scores(before[:, None] - after, left, milli), -np.inf)
         best = np.argmax(scores, axis=1)
-        return scores[np.arange(nodes.size), best], best
+        return scores[np.arange(n), best], best
 
     def gpu_scores(self, delta: np.ndarray, left: np.ndarray, milli: int) -> np.ndarray:
         return self.node_scores(delta)
