@@ -35,6 +35,7 @@ DATASETS = [
     ("H200 (not fitted)", "H200", [ROOT / "bench/data/h200_measured.json"], False),
     ("H200, own host floors", "H200", [ROOT / "bench/data/h200_measured.json"], True),
     ("H100 new mixes (held out)", "H100", [ROOT / "bench/data/h100_colocation_extra.json"], False),
+    ("H200 new mixes (not fitted)", "H200", [ROOT / "bench/data/h200_colocation_extra.json"], False),
 ]
 # Cases that show nothing but the framework's dispatch floor (their kernels take a few microseconds).
 FLOOR_SHAPES = {(256, 256, 256), (512, 512, 512)}
@@ -205,7 +206,7 @@ def plot(path: Path, results: dict[str, list[Row]]) -> None:
     import matplotlib.pyplot as plt
 
     shown = {n: r for n, r in results.items() if "own host" not in n}
-    colors = dict(zip(shown, ("tab:blue", "tab:green", "tab:orange", "tab:red", "tab:purple"), strict=False))
+    colors = dict(zip(shown, ("tab:blue", "tab:green", "tab:orange", "tab:red", "tab:purple", "tab:brown"), strict=False))
     groups = ["gemm", "copy", "loop", "mps_scaling", "timeslice", "mps"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5.5), gridspec_kw={"width_ratios": [1, 1.2]})
     values = [v for rows in shown.values() for r in rows if r.group == "gemm" for v in (r.measured, r.predicted)]
