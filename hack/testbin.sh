@@ -44,6 +44,19 @@ if warm; then
     exit 0
 fi
 
+# One build at a time per cache: a second caller (another `make test`) waits, then reuses the result.
+mkdir -p "$ROOT"
+exec 9>"$ROOT/.lock"
+if ! flock -n 9; then
+    say "another testbin build holds $ROOT/.lock; waiting for it"
+    flock 9
+fi
+if warm; then
+    say "reusing $OUT"
+    echo "$OUT"
+    exit 0
+fi
+
 command -v go >/dev/null 2>&1 || die "the Go toolchain ('go') is not on PATH; it is needed to build the control plane from its Go modules"
 
 mkdir -p "$ROOT" "$OUT" "$SRC"
