@@ -155,6 +155,7 @@ def summarize(rows: list[Row]) -> dict:
         "loop_max": max(errs("loop"), default=float("nan")),
         "mps_scaling_max": max(errs("mps_scaling"), default=float("nan")),
         "colocation_max": max(errs("timeslice", "mps"), default=float("nan")),
+        "colocation_median": statistics.median(errs("timeslice", "mps")) if errs("timeslice", "mps") else float("nan"),
         "timeslice_max": max(errs("timeslice"), default=float("nan")),
         "mps_colocation_max": max(errs("mps"), default=float("nan")),
     }
@@ -185,6 +186,7 @@ def print_summary(console: Console, summaries: dict[str, dict]) -> None:
                ("GEMM median, kernel-bound only", "gemm_kernel_median"), ("GEMM p90, kernel-bound only", "gemm_kernel_p90"),
                ("copy / elementwise max", "copy_max"), ("solo loops max", "loop_max"),
                ("MPS scaling max", "mps_scaling_max"), ("co-location max (time-slice + MPS)", "colocation_max"),
+               ("co-location median", "colocation_median"),
                ("  time-slicing max", "timeslice_max"), ("  MPS co-location max", "mps_colocation_max")]
     for label, key in metrics:
         target = TARGETS.get(key)
