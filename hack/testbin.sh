@@ -4,7 +4,7 @@
 # machine's Go toolchain and module proxy (DESIGN.md §5). Nothing is written inside the repository.
 #
 #   cache:  ${FGPU_CACHE:-$HOME/.cache/fgpu}/testbin/<pinned versions>/   (the six executables + .stamp)
-#   Go:     GOPATH, GOMODCACHE and GOCACHE live under $FGPU_CACHE/go so a warm rebuild costs nothing.
+#   Go:     GOPATH/GOMODCACHE in $FGPU_CACHE/go, GOCACHE in $FGPU_CACHE/go-build: rebuilds reuse them.
 #   output: progress on stderr; the LAST line on stdout is the absolute directory of the executables.
 #   errors: one line on stderr naming what was needed and from where; the full Go output stays in a log.
 set -euo pipefail
@@ -38,11 +38,15 @@ warm() {
     for b in "${BINARIES[@]}"; do [[ -x "$OUT/$b" ]] || return 1; done
 }
 
-if warm; then
-    say "reusing $OUT"
-    echo "$OUT"
-    exit 0
-fi
+reuse_if_warm() {
+    if warm; then
+        say "reusing $OUT"
+        echo "$OUT"
+        exit 0
+    fi
+}
+
+reuse_if_warm
 
 # One build at a time per cache: a second caller (another `make test`) waits, then reuses the result.
 mkdir -p "$ROOT"
@@ -51,11 +55,7 @@ if ! flock -n 9; then
     say "another testbin build holds $ROOT/.lock; waiting for it"
     flock 9
 fi
-if warm; then
-    say "reusing $OUT"
-    echo "$OUT"
-    exit 0
-fi
+reuse_if_warm
 
 command -v go >/dev/null 2>&1 || die "the Go toolchain ('go') is not on PATH; it is needed to build the control plane from its Go modules"
 
