@@ -37,6 +37,19 @@ DATASETS = [
     ("H100 new mixes (held out)", "H100", [ROOT / "bench/data/h100_colocation_extra.json"], False),
     ("H200 new mixes (not fitted)", "H200", [ROOT / "bench/data/h200_colocation_extra.json"], False),
 ]
+# Published measurements on GPUs we never ran: Stas Bekman's "Maximum Achievable Matmul FLOPS" (MAMF)
+# table, github.com/stas00/ml-engineering compute/accelerator/README.md (torch matmul, mean of 100
+# iterations after 50 warm-ups, the best shape of a brute-force search -- so biased towards lucky
+# shapes). (gpu, m, n, k, dtype, TFLOPS, torch version).
+PUBLISHED = [
+    ("A100-80GB", 1024, 10240, 5120, "bf16", 271.2, "2.6.0+cu126"),
+    ("A100-80GB", 6912, 16384, 2048, "bf16", 267.9, "CUDA 12.1 (older table)"),
+    ("H100", 2048, 2048, 13312, "bf16", 794.5, "2.7.0+cu126"),
+    ("H100", 6144, 17920, 2816, "bf16", 792.1, "CUDA 12.1 (older table)"),
+    ("H100", 1024, 9216, 14336, "fp8", 1402.6, "2.7.0+cu126"),
+    ("H200", 1280, 4096, 12032, "fp8", 1453.4, "2.7.1+cu128"),
+]
+PUBLISHED_SOURCE = "stas00/ml-engineering, compute/accelerator/README.md, MAMF comparison table"
 # Cases that show nothing but the framework's dispatch floor (their kernels take a few microseconds).
 FLOOR_SHAPES = {(256, 256, 256), (512, 512, 512)}
 LOOP_OPS = {"gemm": GemmOp(8192, 8192, 8192, "bf16"), "gemm_mid": GemmOp(4096, 4096, 4096, "bf16"),
@@ -127,6 +140,15 @@ def loop_rows(gpu, meas: dict) -> list[Row]:
     return rows
 
 
+def published_rows() -> list[Row]:
+    rows = []
+    for gpu_name, m, n, k, dtype, tflops, _ in PUBLISHED:
+        op = GemmOp(m, n, k, dtype)
+        rows.append(Row("gemm", f"{gpu_name} {m}x{n}x{k} {dtype}", tflops,
+                        op.flops / op_cost(get_gpu(gpu_name), op).seconds / 1e12, "TFLOPS"))
+    return rows
+
+
 def all_rows(gpu, meas: dict) -> list[Row]:
     return gemm_rows(gpu, meas) + copy_rows(gpu, meas) + loop_rows(gpu, meas)
 
@@ -207,7 +229,7 @@ def plot(path: Path, results: dict[str, list[Row]]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    shown = {n: r for n, r in results.items() if "own host" not in n}
+    shown = {n: r for n, r in results.items() if "own host" not in n and "published" not in n}
     colors = dict(zip(shown, ("tab:blue", "tab:green", "tab:orange", "tab:red", "tab:purple", "tab:brown"), strict=False))
     groups = ["gemm", "copy", "loop", "mps_scaling", "timeslice", "mps"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5.5), gridspec_kw={"width_ratios": [1, 1.2]})
@@ -259,6 +281,10 @@ def main(argv: list[str] | None = None) -> int:
         results[name] = rows
         if not args.quiet:
             print_rows(console, f"{name}: {gpu.name}, {path.name}", rows)
+    published = published_rows()
+    if not args.quiet:
+        print_rows(console, f"published best-shape matmul TFLOPS ({PUBLISHED_SOURCE})", published)
+    results["published MAMF (not fitted)"] = published
     summaries = {name: summarize(rows) for name, rows in results.items()}
     print_summary(console, summaries)
     if args.plot:

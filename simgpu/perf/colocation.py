@@ -113,7 +113,7 @@ def _timeslice(gpu, params: PerfParams, clients: list[ClientLoad]) -> list[float
                 demand.append(0.0)
         rates = _timeslice_at(gpu, params, clients, kernel)
         average = sum(r * k * d for r, k, d in zip(rates, kernel, demand, strict=True))
-        target = clock_mhz(gpu.boost_mhz, average)
+        target = clock_mhz(gpu, average)
         if all(abs(target - f) < 1.0 for c, f in zip(clients, mhz, strict=True) if isinstance(c.op, GemmOp)):
             break
         mhz = [0.5 * (f + target) if isinstance(c.op, GemmOp) else f for c, f in zip(clients, mhz, strict=True)]
@@ -292,7 +292,7 @@ def _speeds(gpu, params: PerfParams, prof: _Profiles, clients: list[ClientLoad],
     mhz = gpu.boost_mhz
     for _ in range(3):
         demand = sum(alloc[i] / gpu.sms * profile(i, mhz)[3] for i in active)
-        mhz = clock_mhz(gpu.boost_mhz, demand)
+        mhz = clock_mhz(gpu, demand)
     profiles = {i: profile(i, mhz) for i in active}
     bw = gpu.mem_bw_bytes_per_s * params.dram_efficiency  # each kernel's own SM limit is in its profile
     wanted = {i: p[1] / p[2] * share(i) for i, p in profiles.items()}

@@ -51,7 +51,7 @@ def gemm_at_power(gpu, params: PerfParams, op: GemmOp, sms: int, *, sustained: b
     for _ in range(8):
         busy = min(1.0, result.compute_s / result.seconds)
         demand = other_demand + sms / gpu.sms * params.power(op.dtype) * busy
-        target = clock_mhz(gpu.boost_mhz, demand, headroom(params, None if sustained else result.seconds))
+        target = clock_mhz(gpu, demand, headroom(params, None if sustained else result.seconds))
         if abs(target - mhz) < 0.5:
             break
         mhz = 0.5 * (mhz + target)

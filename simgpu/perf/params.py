@@ -27,8 +27,8 @@ class PerfParams(pydantic.BaseModel, frozen=True):
     small_tile_penalty: float = pydantic.Field(ge=0)
     # Slow-path efficiency when the contiguous dims (K, N) are only this many bytes aligned (< 16).
     misaligned_efficiency: dict[int, float]
-    # Dynamic power a whole-GPU compute-bound kernel would draw at the max clock, relative to what the
-    # power limit sustains (> 1 means the clock must drop: f = f_max * demand**(-1/3)).
+    # Dynamic power a whole-GPU compute-bound kernel would draw at the datasheet peak clock (peak_mhz),
+    # relative to what the power limit sustains: f = min(f_max, f_peak * demand**(-1/3)).
     power_demand: dict[str, float]
     # Short kernels may draw more than the sustained budget: headroom = 1 + (burst - 1) * w / (w + t).
     burst_headroom: float = pydantic.Field(ge=1)

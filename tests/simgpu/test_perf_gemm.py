@@ -145,3 +145,11 @@ def test_mig_instance_is_a_smaller_isolated_gpu():
     assert 0.35 < ratio < 0.6  # 60 of 132 SMs
     copy = CopyOp(2**30)
     assert op_cost(small, copy).seconds > 1.5 * op_cost(H100, copy).seconds  # half the memory slices
+
+
+def test_power_law_is_anchored_to_the_datasheet_peak_clock():
+    # Hopper is quoted at 1830 of 1980 MHz, so big GEMMs throttle; a quarter of the SMs run at the max clock
+    assert op_cost(H100, GemmOp(8192, 8192, 8192, "bf16")).mhz < H100.peak_mhz
+    assert op_cost(H100, GemmOp(8192, 8192, 8192, "bf16"), sm_count=32).mhz == H100.boost_mhz
+    a100 = get_gpu("A100-80GB")  # quoted at its max clock (1410 MHz): a dense GEMM runs below it
+    assert 0.8 * a100.boost_mhz < op_cost(a100, GemmOp(8192, 8192, 8192, "bf16")).mhz < a100.boost_mhz

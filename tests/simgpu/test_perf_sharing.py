@@ -120,3 +120,16 @@ def test_colocate_checks_the_dtype_against_the_gpu():
     with pytest.raises(SimgpuError) as err:
         colocate(get_gpu("T4"), "timeslice", [ClientLoad(GemmOp(64, 64, 64, "bf16"))])
     assert err.value.field == "clients[0].op.dtype"
+
+
+def test_mps_small_kernels_slip_into_a_big_gemms_last_wave():
+    g_alone = solo(BIG, "mps")
+    small, big = colocate(H100, "mps", [ClientLoad(SMALL), ClientLoad(BIG)])
+    assert big > 0.95 * g_alone  # the GEMM hardly notices
+    assert small > 3 * big  # several small kernels per GEMM kernel, not one (measured 5x on H100 and H200)
+
+
+def test_mps_split_clients_run_side_by_side():
+    rates = colocate(H100, "mps", [ClientLoad(BIG, 25), ClientLoad(BIG, 75)])
+    assert rates[1] > 2.5 * rates[0]  # measured 457 vs 153 it/s
+    assert sum(rates) < solo(BIG, "mps") * 1.05
