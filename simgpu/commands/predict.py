@@ -17,7 +17,7 @@ from pathlib import Path
 
 from simgpu.errors import SimgpuError
 from simgpu.perf import ClientLoad, GemmOp, colocate, mps_visible_sms, op_cost, parse_op
-from simgpu.perf.colocate import MODES
+from simgpu.perf.colocation import MODES
 from simgpu.perf.ops import OP_KINDS, CopyOp, ElementwiseOp
 from simgpu.profile import load_gpu
 
