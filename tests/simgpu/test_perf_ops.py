@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simgpu.errors import SimgpuError
@@ -13,6 +13,7 @@ json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats
                            max_leaves=8)
 
 
+@settings(deadline=None)
 @given(st.dictionaries(st.sampled_from(["op", "m", "n", "k", "dtype", "bytes", "flops", "x"]), json_values, max_size=7))
 def test_any_dict_parses_or_raises_a_field_error(d):
     try:
@@ -24,6 +25,7 @@ def test_any_dict_parses_or_raises_a_field_error(d):
     assert parse_op(op_to_dict(op)) == op
 
 
+@settings(deadline=None)
 @given(st.integers(1, 10**6), st.integers(1, 10**6), st.integers(1, 10**6), st.sampled_from(DTYPES))
 def test_valid_gemms_round_trip(m, n, k, dtype):
     op = parse_op({"op": "gemm", "m": m, "n": n, "k": k, "dtype": dtype.upper()})
