@@ -110,8 +110,10 @@ def run(args: argparse.Namespace) -> int:
     before = evaluate(with_params(spec, base), meas)
     print(f"fitting {spec.name} ({spec.sms} SMs) ...", file=sys.stderr)
     params, after = fit_params(meas, spec, base, max_nfev=args.max_fit_evals)
-    params = params.model_copy(update={"sources": {**base.sources, "fitted": f"simgpu calibrate on {info.get('device')} "
-                                                   f"(torch {info.get('torch', '?')}, driver {info.get('driver', '?')})"}})
+    where = f"simgpu calibrate on {info.get('device')} (torch {info.get('torch', '?')}, driver {info.get('driver', '?')})"
+    if args.from_measurements:
+        where += f"; fitted later from the saved measurements ({Path(args.from_measurements).name})"
+    params = params.model_copy(update={"sources": {**base.sources, "fitted": where}})
     doc = profile_document(spec, params, measured_on=info, fit={"before": before, "after": after})
     Path(args.out).write_text(yaml.safe_dump(doc, sort_keys=False))
     for group, stats in after.items():
