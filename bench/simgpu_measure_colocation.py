@@ -40,6 +40,14 @@ def main() -> int:
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "colocation_extra.json"))
     ap.add_argument("--seconds", type=float, default=3.0)
     args = ap.parse_args()
+    try:
+        import torch
+        ready = torch.cuda.is_available()
+    except ImportError:
+        ready = False
+    if not ready:  # `make bench` runs every script here; this one only means something on a real GPU
+        print("simgpu_measure_colocation: needs PyTorch and an NVIDIA GPU; nothing measured")
+        return 0
     result: dict = {"info": device_info(), "timeslice": {}, "mps": {}}
     for kind in ("gemm", "gemm_mid", "gemm_small", "stream"):
         print("solo", kind, flush=True)
