@@ -61,6 +61,11 @@ def register(subparsers) -> None:
                    help="scale the workload to RATIO x cluster GPU capacity (default: 1.3; 0: as is)")
     p.add_argument("--mode", choices=("replay", "timeline"), default="replay",
                    help="replay: FGD paper protocol (pods never depart); timeline: the trace's own times")
+    from .timeline_command import LoadFlag, parse_load
+
+    p.add_argument("--load", type=parse_load, action=LoadFlag, default=None, metavar="L",
+                   help="timeline mode: compress arrival gaps so the offered load is L x cluster GPU capacity "
+                        "(default: the trace's own times; see docs/timeline.md)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--plot", metavar="FILE.png", help="write allocation/fragmentation curves to FILE.png")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, metavar="N",

@@ -1,9 +1,17 @@
-"""Timeline mode: replay the trace's own creation and deletion times (pods depart), with a wait queue.
+"""Timeline mode: replay a trace's arrivals and lifetimes (pods depart), with a wait queue.
 
-Events are processed in time order (departures before arrivals at the same second). A pod that does not fit
-waits in a FIFO queue and is retried whenever resources are freed (later pods may pass a waiting one that
-still does not fit); a pod still waiting at its deletion time gives up. We report allocation over time, the
-queueing delay of pods that had to wait, and the slowdown of pods sharing a GPU, by QoS class.
+Pods arrive at their `creation_time` and run for their trace lifetime (`deletion_time - creation_time`)
+from the moment they are placed, so waiting delays a pod's departure (no work is lost). A pod that fits
+nowhere waits in a FIFO queue; after every departure the queue is retried in arrival order, and a waiting
+pod that still does not fit does not block the ones behind it. At equal times departures go first. A pod
+that fits no node even of an empty cluster never joins the queue; it is counted as unplaceable.
+
+Offered load: the trace's requested GPU, time-averaged over the busy period, over the cluster's GPU
+capacity, where a pod requests its GPUs from its arrival for its lifetime (as if it never waited). The
+busy period is the 1st to 99th percentile of arrival times (the openb default trace has a few pods months
+before the rest). `arrival_speedup(trace, capacity, L)` finds the one factor k that divides every
+inter-arrival gap so that the offered load is L; lifetimes stay as they are. Offered load grows with k, up
+to a limit where every pod lives past the end of the busy period (`max_offered_load`).
 
 Slowdown of a sharing pod = its solo speed / its expected speed next to the other sharing pods of its GPU,
 averaged over its lifetime (weighted by time). With simgpu importable, `interference.InterferenceModel` prices
@@ -15,19 +23,21 @@ per 2.1 ms slice (the H100 time-slicing measurements in DESIGN.md section 6).
 from __future__ import annotations
 
 import heapq
-from collections import deque
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 
 import numpy as np
+from fgpu_operator.placement.errors import PlacementInputError
 from fgpu_operator.placement.fragmentation import TargetWorkload
-from fgpu_operator.placement.framework import Framework, Unschedulable
-from fgpu_operator.placement.model import MILLI, Cluster, NodeSpec, Placement
+from fgpu_operator.placement.framework import Framework, Unschedulable, filter_nodes
+from fgpu_operator.placement.model import MILLI, Cluster, NodeSpec, Placement, Request
 from fgpu_operator.placement.policies import make_policy
 
 from .trace import QOS_CLASSES, Trace
 
 SLICE_S, SWITCH_S = 2.1e-3, 0.15e-3
 TIME_POINTS = 20
+BUSY_PERCENTILES = (1.0, 99.0)
 
 
 def fallback_slowdown(k: int) -> float:
@@ -56,57 +66,173 @@ def slowdown(model, gpu_model: str, others: list[float]) -> tuple[float, str]:
     return model.factor(gpu_model, others), "simgpu.perf"
 
 
+# --- offered load and arrival compression -------------------------------------------------------------
+def _arrays(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(arrival times, lifetimes (inf without a deletion time), requested GPU milli) of a timed trace."""
+    created = np.array([float(p.creation_time) for p in trace.pods])
+    life = np.array([np.inf if p.deletion_time is None else max(0.0, float(p.deletion_time) - float(p.creation_time))
+                     for p in trace.pods])
+    gpu = np.array([p.request.total_gpu_milli for p in trace.pods], dtype=float)
+    return created, life, gpu
+
+
+def busy_period(created: np.ndarray) -> tuple[float, float]:
+    """The 1st to 99th percentile of arrival times (seconds)."""
+    if created.size == 0:
+        return 0.0, 0.0
+    lo, hi = np.percentile(created, BUSY_PERCENTILES)
+    return float(lo), float(hi)
+
+
+def _compressed(created: np.ndarray, speedup: float) -> np.ndarray:
+    start = created.min() if created.size else 0.0
+    return start + (created - start) / speedup
+
+
+def _load(created: np.ndarray, life: np.ndarray, gpu: np.ndarray, capacity_milli: int, speedup: float) -> float:
+    arrival = _compressed(created, speedup)
+    lo, hi = busy_period(arrival)
+    if hi <= lo:
+        return 0.0
+    overlap = np.clip(np.minimum(arrival + life, hi) - np.maximum(arrival, lo), 0.0, None)
+    return float((gpu * overlap).sum() / ((hi - lo) * capacity_milli))
+
+
+def offered_load(trace: Trace, capacity_milli: int, speedup: float = 1.0) -> float:
+    """Requested GPU, time-averaged over the busy period, / capacity, with arrival gaps divided by `speedup`."""
+    return _load(*_arrays(trace), capacity_milli, speedup)
+
+
+def max_offered_load(trace: Trace, capacity_milli: int) -> float:
+    """The limit of `offered_load` as the speed-up grows without bound: every pod (of non-zero lifetime)
+    then requests its GPUs from its arrival to the end of the busy period. Never reached by a finite factor."""
+    created, life, gpu = _arrays(trace)
+    lo, hi = busy_period(created)
+    if hi <= lo:
+        return 0.0
+    share = np.clip((hi - np.maximum(created, lo)) / (hi - lo), 0.0, 1.0) * (life > 0)
+    return float((gpu * share).sum() / capacity_milli)
+
+
+def arrival_speedup(trace: Trace, capacity_milli: int, load: float) -> float:
+    """The factor k (dividing every inter-arrival gap) that makes `offered_load` equal `load`.
+
+    Offered load is non-decreasing in k (every pod's overlap with the busy period, measured in busy-period
+    lengths, grows as the period shrinks around fixed lifetimes), so bisection on log k finds it."""
+    top = max_offered_load(trace, capacity_milli)
+    if not math.isfinite(load) or load <= 0:
+        raise PlacementInputError(f"{load} must be a number above 0", field="--load")
+    if top <= 0:
+        raise PlacementInputError(f"trace {trace.name} has no spread of arrival times to compress", field="--load")
+    if load >= top:
+        raise PlacementInputError(
+            f"{load:g} is not reachable on trace {trace.name} by compressing arrivals "
+            f"(its offered load approaches {top:.3f} as arrivals bunch up; ask for less)", field="--load")
+    arrays = _arrays(trace)
+    lo, hi = 0.0, 0.0  # log10 k bracket
+    while _load(*arrays, capacity_milli, 10**hi) < load:
+        lo, hi = hi, hi + 1
+    while _load(*arrays, capacity_milli, 10**lo) > load:
+        lo, hi = lo - 1, lo
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _load(*arrays, capacity_milli, 10**mid) < load else (lo, mid)
+    return float(10 ** ((lo + hi) / 2))
+
+
+def compress(trace: Trace, speedup: float) -> Trace:
+    """The trace with inter-arrival gaps divided by `speedup`; order and lifetimes unchanged."""
+    if speedup == 1.0:
+        return trace
+    created, life, _ = _arrays(trace)
+    arrival = _compressed(created, speedup)
+    pods = tuple(replace(p, creation_time=float(a), deletion_time=None if p.deletion_time is None else float(a + lf))
+                 for p, a, lf in zip(trace.pods, arrival, life, strict=True))
+    return Trace(trace.name, pods)
+
+
+# --- results -----------------------------------------------------------------------------------------
+def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
+    order = np.argsort(values, kind="stable")
+    cdf = np.cumsum(weights[order]) / weights.sum()
+    return float(values[order][min(int(np.searchsorted(cdf, q)), values.size - 1)])
+
+
 @dataclass
 class TimelineResult:
     trace: str
     policy: str
     seed: int
     total_gpus: int
-    times: np.ndarray
-    used: np.ndarray
+    busy: tuple[float, float]
+    times: np.ndarray  # event times (s), ascending
+    used: np.ndarray  # GPU milli allocated just after each event
+    requested: np.ndarray  # GPU milli requested (running + waiting) just after each event
+    speedup: float = 1.0
+    offered: float = 0.0
     placed: int = 0
     waited: int = 0
-    gave_up: int = 0
+    waiting_at_end: int = 0
+    unplaceable: int = 0
     delays: list[float] = field(default_factory=list)
     slowdown_by_qos: dict[str, list[float]] = field(default_factory=dict)
     model_source: str = "solo"
 
-    def alloc_over_time(self, points: int = TIME_POINTS) -> dict[int, float]:
-        """Time-weighted mean allocation (%) in `points` equal spans of the trace, keyed by span start (s)."""
-        if self.times.size == 0:
-            return {}
-        t0, t1 = float(self.times[0]), float(self.times[-1])
-        edges = np.linspace(t0, t1, points + 1)
-        out = {}
-        for a, b in zip(edges[:-1], edges[1:], strict=True):
-            out[int(a)] = round(self._mean_used(a, b) / self.total_gpus / 10, 2)
-        return out
+    def _steps(self, series: np.ndarray, a: float, b: float) -> tuple[np.ndarray, np.ndarray]:
+        """(values, durations) of a step series (value after each event) over [a, b]."""
+        inside = self.times[(self.times > a) & (self.times < b)]
+        grid = np.concatenate(([a], inside, [b]))
+        idx = np.searchsorted(self.times, grid[:-1], side="right") - 1
+        values = np.where(idx >= 0, series[np.clip(idx, 0, None)], 0)
+        return values.astype(float), np.diff(grid)
 
-    def _mean_used(self, a: float, b: float) -> float:
-        if b <= a:
-            idx = max(0, np.searchsorted(self.times, a, side="right") - 1)
-            return float(self.used[idx])
-        grid = np.concatenate(([a], self.times[(self.times > a) & (self.times < b)], [b]))
-        idx = np.clip(np.searchsorted(self.times, grid[:-1], side="right") - 1, 0, None)
-        return float(np.sum(self.used[idx] * np.diff(grid)) / (b - a))
+    def _pct(self, series: np.ndarray, a: float, b: float) -> dict[str, float]:
+        """Time-weighted mean, p50, p95 and max of `series` in % of cluster GPUs over [a, b]."""
+        scale = 100.0 / (self.total_gpus * MILLI)
+        if self.times.size == 0:
+            return {"mean": 0.0, "p50": 0.0, "p95": 0.0, "max": 0.0}
+        values, weights = self._steps(series, a, b)
+        if weights.sum() <= 0:  # a zero-length period: the value at its instant
+            v = float(values[0]) * scale
+            return {"mean": v, "p50": v, "p95": v, "max": v}
+        return {"mean": float(np.average(values, weights=weights)) * scale,
+                "p50": _weighted_quantile(values, weights, 0.5) * scale,
+                "p95": _weighted_quantile(values, weights, 0.95) * scale,
+                "max": float(values[weights > 0].max()) * scale}
+
+    def alloc_stats(self) -> dict[str, float]:
+        return self._pct(self.used, *self.busy)
+
+    def requested_stats(self) -> dict[str, float]:
+        return self._pct(self.requested, *self.busy)
+
+    def alloc_over_time(self, points: int = TIME_POINTS) -> dict[int, float]:
+        """Time-weighted mean allocation (%) in `points` equal spans of the busy period, keyed by span start (s)."""
+        lo, hi = self.busy
+        edges = np.linspace(lo, hi, points + 1)
+        return {int(a): round(self._pct(self.used, a, b)["mean"], 2)
+                for a, b in zip(edges[:-1], edges[1:], strict=True)}
+
+    def mean_alloc(self) -> float:
+        return self.alloc_stats()["mean"]
 
     def as_json(self) -> dict:
         d = np.array(self.delays) if self.delays else np.zeros(0)
+        delay = (lambda f: round(float(f(d)), 1)) if d.size else (lambda f: 0.0)
         return {
             "policy": self.policy, "trace": self.trace, "mode": "timeline", "seed": self.seed,
+            "arrival_speedup": round(self.speedup, 3), "offered_load": round(self.offered, 4),
+            "busy_period_s": [round(t, 1) for t in self.busy],
+            "alloc_pct": {k: round(v, 2) for k, v in self.alloc_stats().items()},
+            "requested_pct": {k: round(v, 2) for k, v in self.requested_stats().items()},
             "alloc_over_time": {str(k): v for k, v in self.alloc_over_time().items()},
-            "mean_alloc_pct": round(self.mean_alloc(), 2),
-            "pods_placed": self.placed, "pods_waited": self.waited, "pods_gave_up": self.gave_up,
-            "queue_delay_s": {"mean": round(float(d.mean()), 1) if d.size else 0.0,
-                              "p95": round(float(np.percentile(d, 95)), 1) if d.size else 0.0},
+            "pods_placed": self.placed, "pods_waited": self.waited,
+            "pods_waiting_at_end": self.waiting_at_end, "pods_unplaceable": self.unplaceable,
+            "queue_delay_s": {"mean": delay(np.mean), "p50": delay(np.median),
+                              "p95": delay(lambda x: np.percentile(x, 95)), "max": delay(np.max)},
             "slowdown_by_qos": {q: _stats(v) for q, v in self.slowdown_by_qos.items()},
             "slowdown_model": self.model_source,
         }
-
-    def mean_alloc(self) -> float:
-        if self.times.size < 2:
-            return 0.0
-        return self._mean_used(float(self.times[0]), float(self.times[-1])) / self.total_gpus / 10
 
 
 def _stats(values: list[float]) -> dict:
@@ -158,69 +284,117 @@ class _Sharing:
         return total / span if span > 0 else 1.0
 
 
-def run_timeline(nodes: list[NodeSpec], trace: Trace, policy_name: str, seed: int = 42) -> TimelineResult:
+def fits_node(cluster: Cluster, request: Request, node: int) -> bool:
+    """`filter_nodes` for one node: after a departure only that node gained room, so a waiting pod that
+    fails this check cannot be placed now and need not be offered to the (costlier) framework."""
+    if cluster.cpu_left[node] < request.cpu_milli or cluster.mem_left[node] < request.memory_mib:
+        return False
+    if not request.wants_gpu:
+        return True
+    spec = cluster.nodes[node]
+    if spec.num_gpu == 0 or (request.gpu_models and spec.model not in request.gpu_models):
+        return False
+    fits = cluster.gpu_left[node] >= request.gpu_milli
+    if request.gpu_mem_mib:
+        fits &= cluster.gpu_mem_left[node] >= request.gpu_mem_mib
+    return int(fits.sum()) >= request.num_gpu
+
+
+def unplaceable_pods(cluster: Cluster, trace: Trace) -> list[bool]:
+    """Per pod: True when it fits no node of `cluster` even empty (checked once per request shape)."""
+    fresh = Cluster(list(cluster.nodes))
+    fits: dict[tuple, bool] = {}
+    out = []
+    for p in trace.pods:
+        r = p.request
+        key = (r.cpu_milli, r.memory_mib, r.num_gpu, r.gpu_milli, r.gpu_mem_mib, r.gpu_models)
+        if key not in fits:
+            fits[key] = bool(filter_nodes(fresh, r).any())
+        out.append(not fits[key])
+    return out
+
+
+def run_timeline(nodes: list[NodeSpec], trace: Trace, policy_name: str, seed: int = 42,
+                 load: float | None = None) -> TimelineResult:
+    """Replay `trace` through one policy; with `load`, first compress its arrivals to that offered load."""
     cluster = Cluster(list(nodes))
+    capacity = cluster.total_gpus * MILLI
+    speedup = arrival_speedup(trace, capacity, load) if load is not None else 1.0
+    trace = compress(trace, speedup)
+    created, life, _ = _arrays(trace)
     rng = np.random.default_rng(seed)
     framework = Framework(cluster, make_policy(policy_name, TargetWorkload.from_requests(trace.requests)), rng)
     sharing = _Sharing(cluster)
-    events: list[tuple[float, int, int]] = []  # (time, 0 = departure / 1 = arrival, pod index)
-    for i, pod in enumerate(trace.pods):
-        heapq.heappush(events, (float(pod.creation_time), 1, i))
-    queue: deque[int] = deque()
-    running: dict[int, Placement] = {}
-    result = TimelineResult(trace.name, policy_name, seed, cluster.total_gpus, np.zeros(0), np.zeros(0),
+    result = TimelineResult(trace.name, policy_name, seed, cluster.total_gpus, busy_period(created),
+                            np.zeros(0), np.zeros(0), np.zeros(0), speedup=speedup,
+                            offered=offered_load(trace, capacity),
                             slowdown_by_qos={q: [] for q in QOS_CLASSES})
-    times, used = [], []
-    used_now = 0
+    unplaceable = unplaceable_pods(cluster, trace)
+    events: list[tuple[float, int, int]] = []  # (time, 0 = departure / 1 = arrival, pod index)
+    for i in range(len(trace.pods)):
+        heapq.heappush(events, (float(created[i]), 1, i))
+    queue: list[int] = []  # waiting pods, in arrival order
+    running: dict[int, Placement] = {}
+    times, used, requested = [], [], []
+    used_now = requested_now = 0
 
     def start(i: int, now: float) -> bool:
         nonlocal used_now
-        pod = trace.pods[i]
-        outcome = framework.schedule(pod.request, explained=False)
+        request = trace.pods[i].request
+        outcome = framework.schedule(request, explained=False)
         if isinstance(outcome, Unschedulable):
             return False
         running[i] = outcome
-        used_now += pod.request.total_gpu_milli
+        used_now += request.total_gpu_milli
         result.placed += 1
-        if pod.request.is_share:
+        if request.is_share:
             sharing.join(outcome, now)
-        if pod.deletion_time is not None:
-            heapq.heappush(events, (float(max(pod.deletion_time, now)), 0, i))
+        if math.isfinite(life[i]):
+            heapq.heappush(events, (now + float(life[i]), 0, i))
         return True
 
     while events:
         now, kind, i = heapq.heappop(events)
-        pod = trace.pods[i]
+        request = trace.pods[i].request
         if kind == 1:
-            if not start(i, now):
+            requested_now += request.total_gpu_milli
+            if unplaceable[i]:
+                result.unplaceable += 1
+            elif not start(i, now):
                 queue.append(i)
                 result.waited += 1
-                if pod.deletion_time is not None:
-                    heapq.heappush(events, (float(pod.deletion_time), 0, i))
-        elif i in running:
+        else:
             placement = running.pop(i)
             framework.release(placement)
-            used_now -= pod.request.total_gpu_milli
-            if pod.request.is_share:
-                result.slowdown_by_qos.setdefault(pod.request.qos or "unknown", []).append(sharing.leave(placement, now))
-            for j in list(queue):
-                if start(j, now):
-                    queue.remove(j)
-                    result.delays.append(now - float(trace.pods[j].creation_time))
-        elif i in queue:  # deleted while still waiting
-            queue.remove(i)
-            result.gave_up += 1
-        times.append(now)
-        used.append(used_now)
+            used_now -= request.total_gpu_milli
+            requested_now -= request.total_gpu_milli
+            if request.is_share:
+                result.slowdown_by_qos.setdefault(request.qos or "unknown", []).append(sharing.leave(placement, now))
+            still = []
+            for j in queue:
+                if fits_node(cluster, trace.pods[j].request, placement.node) and start(j, now):
+                    result.delays.append(now - float(created[j]))
+                else:
+                    still.append(j)
+            queue = still
+        if times and times[-1] == now:
+            used[-1], requested[-1] = used_now, requested_now
+        else:
+            times.append(now)
+            used.append(used_now)
+            requested.append(requested_now)
     end = times[-1] if times else 0.0
     for i, placement in running.items():  # pods without a deletion time run to the end of the trace
         if trace.pods[i].request.is_share:
             qos = trace.pods[i].request.qos or "unknown"
             result.slowdown_by_qos.setdefault(qos, []).append(sharing.leave(placement, end))
-    result.gave_up += len(queue)
-    result.times, result.used = np.array(times), np.array(used, dtype=np.int64)
+    result.waiting_at_end = len(queue) + result.unplaceable
+    result.times = np.array(times)
+    result.used = np.array(used, dtype=np.int64)
+    result.requested = np.array(requested, dtype=np.int64)
     result.model_source = sharing.source
     return result
 
 
-__all__ = ["TimelineResult", "fallback_slowdown", "run_timeline", "slowdown"]
+__all__ = ["TimelineResult", "arrival_speedup", "busy_period", "compress", "fallback_slowdown", "fits_node",
+           "max_offered_load", "offered_load", "run_timeline", "slowdown", "unplaceable_pods"]

@@ -1,9 +1,44 @@
-"""`fgpu simulate --mode timeline`: the trace's own arrival/departure times, per policy (one seed)."""
+"""`fgpu simulate --mode timeline`: the trace's arrivals and lifetimes, per policy (one seed), optionally
+with arrivals compressed to a chosen offered load (`--load`)."""
 from __future__ import annotations
 
+import argparse
+import functools
 import json
+import math
+
+from fgpu_operator.placement.errors import PlacementInputError
 
 from .trace import QOS_CLASSES, load_nodes, load_pods
+
+
+def parse_load(text: str) -> float:
+    """`--load` value: a finite number above 0 (whether it is reachable depends on the trace)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an offered load (allowed: a number above 0, a fraction of cluster GPU capacity, e.g. 0.4)")
+    return value
+
+
+class LoadFlag(argparse.Action):
+    """Stores `--load` and makes the command refuse it outside timeline mode: argparse cannot compare it
+    with `--mode` while parsing (either may come first), so the check runs when the command does."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        func = getattr(namespace, "func", None)
+        if func is not None and not isinstance(func, functools.partial):
+            namespace.func = functools.partial(_timeline_only, func)
+
+
+def _timeline_only(func, args) -> int:
+    if args.mode != "timeline":
+        raise PlacementInputError(f"applies only to --mode timeline (got --mode {args.mode})", field="--load")
+    return func(args)
 
 
 def run_timeline(args, policies: list[str], pods: list[str | None]) -> int:
@@ -13,28 +48,40 @@ def run_timeline(args, policies: list[str], pods: list[str | None]) -> int:
     nodes = load_nodes(args.nodes)
     traces = [load_pods(p, need_times=True) for p in pods]
     seed = args.seed if args.seed is not None else 42
+    load = getattr(args, "load", None)
     results = []
     with _stderr_console().status("replaying timelines") as status:
         for trace in traces:
             for policy in policies:
                 status.update(f"timeline: {policy} on {trace.name}")
-                results.append(replay_timeline(nodes, trace, policy, seed))
+                results.append(replay_timeline(nodes, trace, policy, seed, load=load))
     if args.json:
         print(json.dumps({"results": [r.as_json() for r in results]}))
         return 0
-    head = ["trace", "policy", "mean alloc %", "placed", "waited", "gave up", "wait mean s", "wait p95 s"]
+    seen = set()
+    for r in results:
+        if r.trace not in seen:
+            seen.add(r.trace)
+            how = "the trace's own times" if load is None else f"arrival gaps divided by {r.speedup:.4g}"
+            print(f"{r.trace}: {how}; offered load {100 * r.offered:.2f}% of {r.total_gpus} GPUs over the busy "
+                  f"period ({(r.busy[1] - r.busy[0]) / 3600:.1f} h)")
+    head = ["trace", "policy", "alloc % mean", "p95", "max", "requested %", "waited", "left waiting",
+            "unplaceable", "wait mean s", "wait p95 s"]
     head += [f"slowdown {q}" for q in QOS_CLASSES]
     rows = []
     for r in results:
         j = r.as_json()
-        rows.append([r.trace, r.policy, f"{j['mean_alloc_pct']:.2f}", str(r.placed), str(r.waited),
-                     str(r.gave_up), f"{j['queue_delay_s']['mean']:.0f}", f"{j['queue_delay_s']['p95']:.0f}"]
-                    + [f"{j['slowdown_by_qos'].get(q, {}).get('mean', 1.0):.2f}x" for q in QOS_CLASSES])
+        a, q = j["alloc_pct"], j["queue_delay_s"]
+        rows.append([r.trace, r.policy, f"{a['mean']:.2f}", f"{a['p95']:.2f}", f"{a['max']:.2f}",
+                     f"{j['requested_pct']['mean']:.2f}", str(r.waited), str(r.waiting_at_end), str(r.unplaceable),
+                     f"{q['mean']:.0f}", f"{q['p95']:.0f}"]
+                    + [f"{j['slowdown_by_qos'].get(c, {}).get('mean', 1.0):.2f}x" for c in QOS_CLASSES])
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
     print("  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)))
     for row in rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
-    print(f"slowdown: mean over sharing pods of (solo speed / co-located speed), model: {results[0].model_source}")
+    print("alloc/requested: time-weighted over the busy period; slowdown: mean over sharing pods of "
+          f"(solo speed / co-located speed), model: {results[0].model_source}")
     if args.plot:
         _plot(results, args.plot)
         print(f"plot: {args.plot}")
@@ -53,8 +100,10 @@ def _plot(results, path) -> None:
     fig, ax = plt.subplots(figsize=(10, 4))
     for r in results:
         series = r.alloc_over_time(100)
-        ax.plot([t / 86400 for t in series], list(series.values()), label=f"{r.policy} ({r.trace})")
-    ax.set(xlabel="trace time (days)", ylabel="GPU allocation (%)", title="Allocation over time (timeline mode)")
+        start = min(series) if series else 0
+        ax.plot([(t - start) / 3600 for t in series], list(series.values()), label=f"{r.policy} ({r.trace})")
+    ax.set(xlabel="time into the busy period (hours)", ylabel="GPU allocation (%)",
+           title="Allocation over time (timeline mode)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
