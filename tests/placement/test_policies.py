@@ -51,3 +51,16 @@ def test_unknown_policy_lists_the_known_ones():
     with pytest.raises(PlacementInputError) as err:
         make_policy("tetris", TargetWorkload.from_requests([Request("x", 1)]))
     assert all(name in str(err.value) for name in POLICY_NAMES)
+
+
+def test_fgpu_sends_cpu_only_pods_where_no_whole_gpu_would_be_stranded():
+    c = Cluster([NodeSpec("idle", 96000, 393216, 8, "G2"), NodeSpec("busy", 96000, 393216, 8, "G2")])
+    c.reserve(Request("w", 8000, num_gpu=8, gpu_milli=1000), 1, tuple(range(8)))
+    w = TargetWorkload.from_shapes([((8000, 1000, 1, ()), 1.0)])  # a 4-core pod flips nothing: FGD ties
+    for order in ([0, 1], [1, 0]):
+        fw = Framework(c, make_policy("fgpu", w), np.random.default_rng(0), node_order=np.array(order))
+        placed = fw.schedule(Request("cpu", 4000))
+        assert placed.node == 1
+        fw.release(placed)
+    fgd = Framework(c, make_policy("fgd", w), np.random.default_rng(0), node_order=np.array([0, 1]))
+    assert fgd.schedule(Request("cpu", 4000)).node == 0  # FGD: first node in the tie order
