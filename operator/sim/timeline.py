@@ -213,9 +213,6 @@ class TimelineResult:
         return {int(a): round(self._pct(self.used, a, b)["mean"], 2)
                 for a, b in zip(edges[:-1], edges[1:], strict=True)}
 
-    def mean_alloc(self) -> float:
-        return self.alloc_stats()["mean"]
-
     def as_json(self) -> dict:
         d = np.array(self.delays) if self.delays else np.zeros(0)
         delay = (lambda f: round(float(f(d)), 1)) if d.size else (lambda f: 0.0)

@@ -64,7 +64,7 @@ def run_timeline(args, policies: list[str], pods: list[str | None]) -> int:
             seen.add(r.trace)
             how = "the trace's own times" if load is None else f"arrival gaps divided by {r.speedup:.4g}"
             print(f"{r.trace}: {how}; offered load {100 * r.offered:.2f}% of {r.total_gpus} GPUs over the busy "
-                  f"period ({(r.busy[1] - r.busy[0]) / 3600:.1f} h)")
+                  f"period ({_duration(r.busy[1] - r.busy[0])})")
     head = ["trace", "policy", "alloc % mean", "p95", "max", "requested %", "waited", "left waiting",
             "unplaceable", "wait mean s", "wait p95 s"]
     head += [f"slowdown {q}" for q in QOS_CLASSES]
@@ -88,6 +88,19 @@ def run_timeline(args, policies: list[str], pods: list[str | None]) -> int:
     return 0
 
 
+_UNITS = (("days", 86400), ("hours", 3600), ("minutes", 60), ("seconds", 1))
+
+
+def _unit(seconds: float) -> tuple[str, int]:
+    """The largest time unit that `seconds` spans at least once (seconds for anything shorter)."""
+    return next(((name, size) for name, size in _UNITS if seconds >= size), _UNITS[-1])
+
+
+def _duration(seconds: float) -> str:
+    name, size = _unit(seconds)
+    return f"{seconds / size:.1f} {name}"
+
+
 def _plot(results, path) -> None:
     import matplotlib
 
@@ -98,11 +111,11 @@ def _plot(results, path) -> None:
 
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(10, 4))
+    unit, size = _unit(max(r.busy[1] - r.busy[0] for r in results))
     for r in results:
         series = r.alloc_over_time(100)
-        start = min(series) if series else 0
-        ax.plot([(t - start) / 3600 for t in series], list(series.values()), label=f"{r.policy} ({r.trace})")
-    ax.set(xlabel="time into the busy period (hours)", ylabel="GPU allocation (%)",
+        ax.plot([(t - r.busy[0]) / size for t in series], list(series.values()), label=f"{r.policy} ({r.trace})")
+    ax.set(xlabel=f"time into the busy period ({unit})", ylabel="GPU allocation (%)",
            title="Allocation over time (timeline mode)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)

@@ -202,3 +202,13 @@ def test_timeline_needs_times(capsys, small_trace, tmp_path):
     pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1000,100,1,500\n")
     assert main(["simulate", "--mode", "timeline", "--nodes", str(nodes), "--pods", str(pods)]) == 2
     assert "missing column(s) creation_time, deletion_time" in capsys.readouterr().err
+
+
+def test_cli_table_names_the_load_and_plot_is_written(capsys, small_trace, tmp_path):
+    nodes, pods = small_trace
+    plot = tmp_path / "timeline.png"
+    assert main(["simulate", "--mode", "timeline", "--nodes", str(nodes), "--pods", str(pods), "--policy", "bestfit",
+                 "--load", "0.2", "--plot", str(plot)]) == 0
+    out = capsys.readouterr().out
+    assert "arrival gaps divided by" in out and "offered load 20.00%" in out
+    assert plot.stat().st_size > 0
