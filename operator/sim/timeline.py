@@ -38,6 +38,7 @@ from .trace import QOS_CLASSES, Trace
 SLICE_S, SWITCH_S = 2.1e-3, 0.15e-3
 TIME_POINTS = 20
 BUSY_PERCENTILES = (1.0, 99.0)
+MAX_LOG10_SPEEDUP = 12  # arrival gaps are divided (or multiplied) by at most 1e12
 
 
 def fallback_slowdown(k: int) -> float:
@@ -90,7 +91,7 @@ def _compressed(created: np.ndarray, speedup: float) -> np.ndarray:
 
 
 def _load(created: np.ndarray, life: np.ndarray, gpu: np.ndarray, capacity_milli: int, speedup: float) -> float:
-    arrival = _compressed(created, speedup)
+    arrival = (created - created.min()) / speedup  # shift-invariant; from 0 it keeps precision at large k
     lo, hi = busy_period(arrival)
     if hi <= lo:
         return 0.0
@@ -103,15 +104,24 @@ def offered_load(trace: Trace, capacity_milli: int, speedup: float = 1.0) -> flo
     return _load(*_arrays(trace), capacity_milli, speedup)
 
 
-def max_offered_load(trace: Trace, capacity_milli: int) -> float:
-    """The limit of `offered_load` as the speed-up grows without bound: every pod (of non-zero lifetime)
-    then requests its GPUs from its arrival to the end of the busy period. Never reached by a finite factor."""
+def _limit(trace: Trace, capacity_milli: int, counted) -> float:
     created, life, gpu = _arrays(trace)
     lo, hi = busy_period(created)
     if hi <= lo:
         return 0.0
-    share = np.clip((hi - np.maximum(created, lo)) / (hi - lo), 0.0, 1.0) * (life > 0)
+    share = np.clip((hi - np.maximum(created, lo)) / (hi - lo), 0.0, 1.0) * counted(life)
     return float((gpu * share).sum() / capacity_milli)
+
+
+def max_offered_load(trace: Trace, capacity_milli: int) -> float:
+    """The limit of `offered_load` as the speed-up grows without bound: every pod (of non-zero lifetime)
+    then requests its GPUs from its arrival to the end of the busy period. Never reached by a finite factor."""
+    return _limit(trace, capacity_milli, lambda life: life > 0)
+
+
+def min_offered_load(trace: Trace, capacity_milli: int) -> float:
+    """The limit as the speed-up shrinks towards 0: only pods that never end still count (0 on openb)."""
+    return _limit(trace, capacity_milli, np.isinf)
 
 
 def arrival_speedup(trace: Trace, capacity_milli: int, load: float) -> float:
@@ -124,20 +134,28 @@ def arrival_speedup(trace: Trace, capacity_milli: int, load: float) -> float:
         raise PlacementInputError(f"{load} must be a number above 0", field="--load")
     if top <= 0:
         raise PlacementInputError(f"trace {trace.name} has no spread of arrival times to compress", field="--load")
+    floor = min_offered_load(trace, capacity_milli)
+    if load <= floor:
+        raise PlacementInputError(f"{load:g} is not reachable on trace {trace.name}: its pods without a deletion "
+                                  f"time alone offer {floor:.3f} however far apart arrivals are", field="--load")
     if load >= top:
         raise PlacementInputError(
             f"{load:g} is not reachable on trace {trace.name} by compressing arrivals "
             f"(its offered load approaches {top:.3f} as arrivals bunch up; ask for less)", field="--load")
     arrays = _arrays(trace)
     lo, hi = 0.0, 0.0  # log10 k bracket
-    while _load(*arrays, capacity_milli, 10**hi) < load:
+    while _load(*arrays, capacity_milli, 10.0**hi) < load:
+        if hi >= MAX_LOG10_SPEEDUP:
+            raise PlacementInputError(f"{load:g} is too close to trace {trace.name}'s ceiling of {top:.3f} "
+                                      f"(it needs arrival gaps divided by more than 1e{MAX_LOG10_SPEEDUP})",
+                                      field="--load")
         lo, hi = hi, hi + 1
-    while _load(*arrays, capacity_milli, 10**lo) > load:
+    while _load(*arrays, capacity_milli, 10.0**lo) > load and lo > -MAX_LOG10_SPEEDUP:
         lo, hi = lo - 1, lo
     for _ in range(50):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if _load(*arrays, capacity_milli, 10**mid) < load else (lo, mid)
-    return float(10 ** ((lo + hi) / 2))
+        lo, hi = (mid, hi) if _load(*arrays, capacity_milli, 10.0**mid) < load else (lo, mid)
+    return float(10.0 ** ((lo + hi) / 2))
 
 
 def compress(trace: Trace, speedup: float) -> Trace:
@@ -394,4 +412,4 @@ def run_timeline(nodes: list[NodeSpec], trace: Trace, policy_name: str, seed: in
 
 
 __all__ = ["TimelineResult", "arrival_speedup", "busy_period", "compress", "fallback_slowdown", "fits_node",
-           "max_offered_load", "offered_load", "run_timeline", "slowdown", "unplaceable_pods"]
+           "max_offered_load", "min_offered_load", "offered_load", "run_timeline", "slowdown", "unplaceable_pods"]

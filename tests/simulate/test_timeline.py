@@ -14,6 +14,7 @@ from fgpu_operator.sim.timeline import (
     compress,
     fallback_slowdown,
     max_offered_load,
+    min_offered_load,
     offered_load,
     run_timeline,
 )
@@ -94,6 +95,14 @@ def test_compression_on_the_default_trace_and_its_ceiling():
     assert offered_load(trace, capacity, 1e9) <= top + 1e-9
     with pytest.raises(PlacementInputError, match=r"--load: 0\.9 is not reachable .* approaches 0\.\d+"):
         arrival_speedup(trace, capacity, 0.9)
+
+
+def test_pods_that_never_end_set_a_floor_under_the_load():
+    trace = Trace("t", (pod("forever", 0, None), *evenly_spaced().pods[1:]))
+    assert min_offered_load(trace, 1000) == pytest.approx(1.0)  # it covers the whole busy period at any k
+    with pytest.raises(PlacementInputError, match=r"--load: 0\.5 is not reachable .* alone offer 1\.000"):
+        arrival_speedup(trace, 1000, 0.5)
+    assert offered_load(trace, 1000, arrival_speedup(trace, 1000, 1.5)) == pytest.approx(1.5, rel=1e-3)
 
 
 def test_without_waiting_the_simulated_demand_equals_the_offered_load():
@@ -212,3 +221,26 @@ def test_cli_table_names_the_load_and_plot_is_written(capsys, small_trace, tmp_p
     out = capsys.readouterr().out
     assert "arrival gaps divided by" in out and "offered load 20.00%" in out
     assert plot.stat().st_size > 0
+
+
+timed_pods = st.lists(st.tuples(st.integers(0, 10_000), st.one_of(st.none(), st.integers(0, 5_000)),
+                                st.sampled_from([250, 500, 1000])), min_size=3, max_size=30)
+
+
+@settings(max_examples=60, deadline=None)
+@given(timed_pods, st.floats(0.01, 0.99))
+def test_compression_hits_any_reachable_load(rows, fraction):
+    rows = sorted(rows, key=lambda row: row[0])
+    trace = Trace("fuzz", tuple(pod(f"p{i}", t, None if life is None else t + life, milli=m)
+                                for i, (t, life, m) in enumerate(rows)))
+    floor, top = min_offered_load(trace, 2000), max_offered_load(trace, 2000)
+    if top <= floor:
+        return
+    load = floor + fraction * (top - floor)
+    try:
+        k = arrival_speedup(trace, 2000, load)
+    except PlacementInputError as exc:  # only when the load needs an absurd factor
+        assert "too close" in str(exc) or "no spread" in str(exc)
+        return
+    assert offered_load(trace, 2000, k) == pytest.approx(load, rel=1e-3)
+    assert offered_load(compress(trace, k), 2000) == pytest.approx(load, rel=1e-3)
