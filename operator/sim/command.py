@@ -61,9 +61,9 @@ def register(subparsers) -> None:
                    help="scale the workload to RATIO x cluster GPU capacity (default: 1.3; 0: as is)")
     p.add_argument("--mode", choices=("replay", "timeline"), default="replay",
                    help="replay: FGD paper protocol (pods never depart); timeline: the trace's own times")
-    from .timeline_command import LoadFlag, parse_load
+    from .timeline_command import parse_load
 
-    p.add_argument("--load", type=parse_load, action=LoadFlag, default=None, metavar="L",
+    p.add_argument("--load", type=parse_load, default=None, metavar="L",
                    help="timeline mode: compress arrival gaps so the offered load is L x cluster GPU capacity "
                         "(default: the trace's own times; see docs/timeline.md)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
@@ -82,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
         raise PlacementInputError(f"{args.workers} must be at least 1", field="workers")
     if args.plot and not args.plot.lower().endswith(".png"):
         raise PlacementInputError(f"{args.plot!r} must end in .png", field="plot")
+    if args.load is not None and args.mode != "timeline":
+        raise PlacementInputError(f"applies only to --mode timeline (got --mode {args.mode})", field="--load")
     pods = args.pods or [None]
     if args.mode == "timeline":
         from .timeline_command import run_timeline

@@ -3,11 +3,8 @@ with arrivals compressed to a chosen offered load (`--load`)."""
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import math
-
-from fgpu_operator.placement.errors import PlacementInputError
 
 from .trace import QOS_CLASSES, load_nodes, load_pods
 
@@ -22,23 +19,6 @@ def parse_load(text: str) -> float:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not an offered load (allowed: a number above 0, a fraction of cluster GPU capacity, e.g. 0.4)")
     return value
-
-
-class LoadFlag(argparse.Action):
-    """Stores `--load` and makes the command refuse it outside timeline mode: argparse cannot compare it
-    with `--mode` while parsing (either may come first), so the check runs when the command does."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        setattr(namespace, self.dest, values)
-        func = getattr(namespace, "func", None)
-        if func is not None and not isinstance(func, functools.partial):
-            namespace.func = functools.partial(_timeline_only, func)
-
-
-def _timeline_only(func, args) -> int:
-    if args.mode != "timeline":
-        raise PlacementInputError(f"applies only to --mode timeline (got --mode {args.mode})", field="--load")
-    return func(args)
 
 
 def run_timeline(args, policies: list[str], pods: list[str | None]) -> int:
