@@ -10,9 +10,9 @@ import json
 import logging
 import os
 import threading
-from concurrent import futures
 
 from deviceplugin.handoff import ALLOCATED, PodView
+from deviceplugin.records import AllocationRecorder
 
 log = logging.getLogger("fgpu.deviceplugin.kube")
 
@@ -43,7 +43,7 @@ def pod_view(obj: dict) -> PodView:
 class KubePods:
     """PodSource over the API: pods bound to `node`, kept by a background watch."""
 
-    def __init__(self, api_client, node: str, watch: bool = True) -> None:
+    def __init__(self, api_client, node: str, watch: bool = True, journal_path: str | None = None) -> None:
         from kubernetes import client
 
         self.core = client.CoreV1Api(api_client)
@@ -52,23 +52,27 @@ class KubePods:
         self._lock = threading.Lock()
         self._rv = ""
         self._stop = threading.Event()
-        # one worker: patches of one pod must land in order (each carries the full list so far)
-        self._patcher = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="pod-patch")
         self._recorded: dict[str, set[str]] = {}  # pod uid -> containers this plugin allocated
+        self._views: dict[str, PodView] = {}  # pod uid -> the view Allocate matched (if the cache drops it)
         self._synced = False
+        # one writer thread: patches of one pod land in order (each carries the full list so far)
+        self.recorder = AllocationRecorder(self._write_record, journal_path)
         if watch:
             threading.Thread(target=self._watch_loop, name="pod-watch", daemon=True).start()
 
     def close(self) -> None:
         self._stop.set()
-        self._patcher.shutdown(wait=True)
+        self.recorder.close()
 
     def _selector(self) -> str:
         return f"spec.nodeName={self.node}"
 
     def refresh(self) -> None:
         resp = self.core.list_pod_for_all_namespaces(field_selector=self._selector(), _preload_content=False)
-        doc = json.loads(resp.data)
+        try:
+            doc = json.loads(resp.data)
+        finally:
+            resp.release_conn()
         with self._lock:
             self._pods = {p.uid: p for p in map(pod_view, doc.get("items", [])) if p.phase == "Pending"}
             self._rv = doc.get("metadata", {}).get("resourceVersion", "")
@@ -121,20 +125,39 @@ class KubePods:
                 self._stop.wait(1.0)
 
     def mark_allocated(self, pod: PodView, container: str) -> None:
-        """Record the allocated container on the pod, off Allocate's critical path."""
-        mine = self._recorded.setdefault(pod.uid, set())
-        mine.add(container)
-        if len(self._recorded) > 4096:  # bounded: old pods are long gone
-            self._recorded = {pod.uid: mine}
-        done = sorted(pod.allocated_containers() | mine)
-        body = {"metadata": {"annotations": {ALLOCATED: json.dumps(done)}}}
-        self._patcher.submit(self._patch_pod, pod, body)
+        """Record the allocated container on the pod, off Allocate's critical path (see records.py)."""
+        with self._lock:
+            self._recorded.setdefault(pod.uid, set()).add(container)
+            self._views[pod.uid] = pod
+            if len(self._recorded) > 4096:  # bounded: keep pods still pending
+                self._recorded = {u: c for u, c in self._recorded.items() if u in self._pods or u == pod.uid}
+                self._views = {u: v for u, v in self._views.items() if u in self._recorded}
+        self.recorder.record((pod.uid, pod.namespace, pod.name), container)
 
-    def _patch_pod(self, pod: PodView, body: dict) -> None:
+    def _write_record(self, key: tuple[str, str, str], containers: frozenset[str]) -> bool:
+        uid, namespace, name = key
+        if not self._synced:  # merge with the pod's current record, not an empty one (journal replay at start)
+            try:
+                self.refresh()
+            except Exception as err:
+                log.warning("cannot read pods of node %s to record allocations: %s", self.node, err)
+                return False
+        with self._lock:
+            mine = self._recorded.setdefault(uid, set())
+            mine.update(containers)
+            view = self._pods.get(uid) or self._views.get(uid)
+            done = sorted(mine | (view.allocated_containers() if view else frozenset()))
+        body = {"metadata": {"annotations": {ALLOCATED: json.dumps(done)}}}
         try:
-            self.core.patch_namespaced_pod(pod.name, pod.namespace, body, _preload_content=False)
+            resp = self.core.patch_namespaced_pod(name, namespace, body, _preload_content=False)
+            resp.read()  # drain and hand the connection back to the pool: a leaked one costs a TLS handshake
+            resp.release_conn()  # (~5 ms of CPU) on the next patch, competing with Allocate for the GIL
         except Exception as err:
-            log.warning("cannot record allocation on %s/%s: %s", pod.namespace, pod.name, err)
+            if getattr(err, "status", None) == 404:  # the pod is gone: nothing left to protect
+                return True
+            log.warning("cannot record allocation on %s/%s: %s", namespace, name, err)
+            return False
+        return True
 
 
 class KubeNode:
