@@ -23,7 +23,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent import futures
 from pathlib import Path
+
+import grpc
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests" / "deviceplugin"), str(REPO / "tests" / "e2e")]
@@ -31,7 +34,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests" / "deviceplugin"), str(REPO / "tes
 from stub_kubelet import StubKubelet  # noqa: E402
 
 from deviceplugin.allocate import AllocContext  # noqa: E402
-from deviceplugin.api import api_pb2  # noqa: E402
+from deviceplugin.api import api_pb2, api_pb2_grpc  # noqa: E402
 from deviceplugin.handoff import (  # noqa: E402
     ASSIGNED_AT,
     ASSIGNMENT,
@@ -138,6 +141,7 @@ def bench_allocate(backend: ApiserverPods | None, n_pods: int, rounds: int,
     cfg = parse_node_config(FRACTIONAL)
     gpus = [g.uuid for g in cfg.gpu_devices(NODE)]
     samples: list[float] = []
+    last = api_pb2.AllocateResponse()
     plugin_dir = tempfile.mkdtemp(prefix="dpb", dir="/tmp")
     kubelet = StubKubelet(plugin_dir)
     kubelet.start()
@@ -174,7 +178,7 @@ def bench_allocate(backend: ApiserverPods | None, n_pods: int, rounds: int,
                 req = api_pb2.AllocateRequest(container_requests=[
                     api_pb2.ContainerAllocateRequest(devices_ids=[slots[i % len(slots)].ID])])
                 t0 = time.perf_counter()
-                stub.Allocate(req, timeout=5)
+                last = stub.Allocate(req, timeout=5)
                 samples.append(time.perf_counter() - t0)
                 if interval_s:
                     time.sleep(interval_s)
@@ -189,7 +193,52 @@ def bench_allocate(backend: ApiserverPods | None, n_pods: int, rounds: int,
             served = [float(m) for m in SERVED_RE.findall((Path(plugin_dir) / "plugin.log").read_text())]
         kubelet.stop()
         shutil.rmtree(plugin_dir, ignore_errors=True)
-    return samples, served
+    return samples, served, last
+
+
+class _NoopPlugin(api_pb2_grpc.DevicePluginServicer):
+    def __init__(self, response: bytes) -> None:
+        self.response = api_pb2.AllocateResponse.FromString(response)
+
+    def Allocate(self, request, context):
+        return self.response
+
+
+def serve_noop(socket_path: str, response_file: str) -> None:
+    """The floor: a DevicePlugin server whose Allocate does nothing but return a canned, real-sized reply,
+    built like the plugin's (sync gRPC server, thread pool, own process, frozen GC)."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    api_pb2_grpc.add_DevicePluginServicer_to_server(_NoopPlugin(Path(response_file).read_bytes()), server)
+    server.add_insecure_port(f"unix://{socket_path}")
+    server.start()
+    gc.freeze()
+    server.wait_for_termination()
+
+
+def bench_floor(response: api_pb2.AllocateResponse, n: int, interval_s: float) -> list[float]:
+    """Round trips to the no-op server from the same Python client: what any Python plugin costs here."""
+    workdir = tempfile.mkdtemp(prefix="dpf", dir="/tmp")
+    socket_path, response_file = os.path.join(workdir, "noop.sock"), os.path.join(workdir, "response.bin")
+    Path(response_file).write_bytes(response.SerializeToString())
+    proc = subprocess.Popen([sys.executable, __file__, "--noop-server", socket_path, response_file])
+    samples = []
+    try:
+        with grpc.insecure_channel(f"unix://{socket_path}") as channel:
+            grpc.channel_ready_future(channel).result(timeout=30)
+            stub = api_pb2_grpc.DevicePluginStub(channel)
+            req = api_pb2.AllocateRequest(container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=["x"])])
+            stub.Allocate(req, timeout=5)  # untimed: the plugin run's channel was also connected already
+            for _ in range(n):
+                t0 = time.perf_counter()
+                stub.Allocate(req, timeout=5)
+                samples.append(time.perf_counter() - t0)
+                if interval_s:
+                    time.sleep(interval_s)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        shutil.rmtree(workdir, ignore_errors=True)
+    return samples
 
 
 def bench_reregister(restarts: int) -> dict[str, list[float]]:
@@ -228,7 +277,11 @@ def main() -> int:
     parser.add_argument("--restarts", type=int, default=10)
     parser.add_argument("--interval-ms", type=float, default=20.0,
                         help="pause between Allocates in the paced run (a kubelet starts pods far slower)")
+    parser.add_argument("--noop-server", nargs=2, metavar=("SOCKET", "RESPONSE_FILE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.noop_server:
+        serve_noop(*args.noop_server)
+        return 0
 
     testbin = os.environ.get("FGPU_TESTBIN")
     backend = ApiserverPods(testbin) if testbin else None
@@ -237,7 +290,8 @@ def main() -> int:
     rows, ok = [], True
     try:
         for interval in (0.0, args.interval_ms / 1000):
-            samples, served = bench_allocate(backend, args.pods, args.rounds, interval)
+            samples, served, response = bench_allocate(backend, args.pods, args.rounds, interval)
+            floor = [s * 1000 for s in bench_floor(response, len(samples), interval)]
             ms = [s * 1000 for s in samples]
             good = pct(ms, 99) <= 5.0
             ok = ok and good
@@ -247,6 +301,8 @@ def main() -> int:
             if served:
                 rows.append([pacing, "inside the plugin", len(served), f"{statistics.median(served):.2f}",
                              f"{pct(served, 90):.2f}", f"{pct(served, 99):.2f}", f"{max(served):.2f}", "", ""])
+            rows.append([pacing, "no-op server (floor)", len(floor), f"{statistics.median(floor):.2f}",
+                         f"{pct(floor, 90):.2f}", f"{pct(floor, 99):.2f}", f"{max(floor):.2f}", "", ""])
     finally:
         if backend:
             backend.close()
