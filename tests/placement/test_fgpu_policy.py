@@ -1,4 +1,4 @@
-"""`fgpu`: FGD's score, with ties broken against GPUs stranded behind exhausted CPUs (hand-built clusters)."""
+"""`fgpu`: FGD's score, minus a charge for GPUs stranded behind exhausted CPUs (hand-built clusters)."""
 import numpy as np
 import pytest
 from fgpu_operator.placement import Cluster, Framework, NodeSpec, Request, TargetWorkload
@@ -42,9 +42,9 @@ def test_no_gpu_protection_when_the_workload_needs_more_cpu_than_the_cluster_has
     assert place("fgpu", w, Request("p", 14_000, num_gpu=1, gpu_milli=1000)) == 0
 
 
-def test_fgd_score_stays_the_primary_key():
+def test_with_nothing_stranded_fgds_score_decides():
     # Sharing a half-used GPU on `lean` beats a fresh GPU on `rich` for FGD (fragment falls); fgpu agrees even
-    # though `lean` is the node with less CPU.
+    # though `lean` is the node with less CPU, because the pod strands nothing on either.
     c = two_nodes()
     c.reserve(Request("half", 2_000, num_gpu=1, gpu_milli=500), 0, (0,))
     w = TargetWorkload.from_shapes([((2_000, 500, 1, ()), 0.5), ((10_000, 1000, 1, ()), 0.5)])

@@ -1,20 +1,21 @@
-"""`fgpu` (the default): FGD's score, with ties broken so that no GPU is left idle behind an exhausted CPU.
+"""`fgpu` (the default): FGD's score, minus a penalty for GPUs left idle behind an exhausted CPU.
 
 FGD quantises its score to floor(100 * sigmoid(dF/1000)), so many nodes tie and the reference scheduler takes
 the first in a fixed random node order. That order knows nothing about CPU: a GPU pod with many cores per GPU
 lands on a node whose remaining CPU then cannot feed its remaining GPUs, and those GPUs stay idle for good
 (at 100% arrival FGD leaves 12-18 whole GPUs idle this way on the default trace, mostly on 96-core 8-GPU
-nodes). fgpu keeps FGD's score as the primary key for every pod and breaks its ties:
+nodes). fgpu therefore:
 
-* a GPU pod goes to the top-scoring node where it *strands* the fewest GPUs: idle GPU capacity beyond what the
-  node's remaining CPU can feed at the target workload's CPU per GPU (its demand-weighted mean, ~11 cores on
-  openb) — counted in tenths of a GPU, so near-equal nodes still tie and keep FGD's node order;
-* a CPU-only pod goes to the top-scoring node with the fewest idle whole GPUs (then one already in use).
+* charges a GPU pod 10 FGD score points per tenth of a GPU that it newly *strands* on a node: idle GPU
+  capacity beyond what the node's remaining CPU can feed at the target workload's CPU per GPU (its
+  demand-weighted mean, ~11 cores on openb). Counted in tenths, so near-equal nodes still tie and keep FGD's
+  node order; where nothing is stranded, FGD's score decides alone;
+* breaks a CPU-only pod's ties towards the node with the fewest idle whole GPUs (then one already in use).
 
 The GPU-pod rule is off when the target workload asks for more CPU per GPU (CPU-only pods included) than the
 cluster has: then the CPU runs out before the GPUs, GPUs are stranded wherever the pods go, and steering GPU
 pods to CPU-rich nodes only takes that CPU from the CPU-only pods (on openb this is the cpu250 trace alone:
-18.3 cores asked per GPU, 17.2 in the cluster). The tie-break never outweighs one FGD score step. Only the current cluster state and FGD's target workload are
+18.3 cores asked per GPU, 17.2 in the cluster). The CPU-only tie-break never outweighs one FGD score step. Only the current cluster state and FGD's target workload are
 used, no future arrivals. Measurements and the ceiling analysis: docs/placement.md.
 """
 from __future__ import annotations
@@ -25,8 +26,10 @@ from ..fragmentation import TargetWorkload
 from ..model import MILLI, Cluster, Request
 from .fgd import FgdPolicy
 
-#: Tie-break weights stay below one FGD score step (FGD scores are whole numbers 0..100).
+#: CPU-only tie-break weights stay below one FGD score step (FGD scores are whole numbers 0..100).
 _STEP = 100.0
+#: FGD points charged per tenth of a GPU newly stranded (measured: 1 point per tenth 95.80, 10 points 95.84).
+_POINTS_PER_STRANDED_TENTH = 10
 _MAX_COUNTED_GPUS = 8
 #: Stranded capacity is compared in tenths of a GPU: finer differences keep FGD's node order.
 _STRAND_QUANTUM = MILLI // 10
@@ -73,7 +76,7 @@ class FgpuPolicy(FgdPolicy):
             after = stranded_gpu_milli(c.cpu_left - request.cpu_milli, c.gpu_left_total - request.total_gpu_milli,
                                        self.cpu_per_gpu)
             newly = np.clip(np.round((after - before) / _STRAND_QUANTUM), 0, _MAX_COUNTED_GPUS * 10 - 1)
-            return fgd * _STEP - newly
+            return (fgd - newly * _POINTS_PER_STRANDED_TENTH) * _STEP
         idle_gpus = np.minimum((c.gpu_left == MILLI).sum(axis=1), _MAX_COUNTED_GPUS)
         in_use = (c.gpu_left_total < c.gpu_count * MILLI) | (c.cpu_left < c.cpu_cap)
         return fgd * _STEP + (_MAX_COUNTED_GPUS - idle_gpus) * 2.0 + in_use
