@@ -144,38 +144,24 @@ if [[ ! -x "$OUT/kube-apiserver" || ! -x "$OUT/kube-controller-manager" || ! -x 
     say "kubernetes: compiled in $((SECONDS - t)) s"
 fi
 
-# ---- etcd 3.5 ----------------------------------------------------------------------------------------
-if [[ ! -x "$OUT/etcd" ]]; then
-    say "etcd $ETCD_VERSION"
-    new_module etcd
-    gorun "go.etcd.io/etcd/server/v3@$ETCD_VERSION" download "$SRC/etcd" go get go.etcd.io/etcd/server/v3@"$ETCD_VERSION"
-    ldf="-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=${ETCD_VERSION}"
+# ---- etcd 3.5, KWOK, helm: one Go module each ------------------------------------------------------
+# go_tool NAME LABEL MODULE@VERSION (what `go get` fetches) PACKAGE (what `go build` builds) LDFLAGS
+go_tool() {
+    local name=$1 label=$2 get=$3 pkg=$4 ldf=$5 t
+    [[ -x "$OUT/$name" ]] && return 0
+    say "$label"
+    new_module "$name"
+    gorun "$get" download "$SRC/$name" go get "$get"
     t=$SECONDS
-    gorun "etcd $ETCD_VERSION" build "$SRC/etcd" go build -p "$JOBS" -trimpath -ldflags "$ldf" -o "$OUT/etcd" go.etcd.io/etcd/server/v3
-    say "etcd: compiled in $((SECONDS - t)) s"
-fi
-
-# ---- KWOK --------------------------------------------------------------------------------------------
-if [[ ! -x "$OUT/kwok" ]]; then
-    say "kwok $KWOK_VERSION"
-    new_module kwok
-    gorun "sigs.k8s.io/kwok@$KWOK_VERSION" download "$SRC/kwok" go get sigs.k8s.io/kwok/cmd/kwok@"$KWOK_VERSION"
-    ldf="-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}"
-    t=$SECONDS
-    gorun "kwok $KWOK_VERSION" build "$SRC/kwok" go build -p "$JOBS" -trimpath -ldflags "$ldf" -o "$OUT/kwok" sigs.k8s.io/kwok/cmd/kwok
-    say "kwok: compiled in $((SECONDS - t)) s"
-fi
-
-# ---- helm v3 -----------------------------------------------------------------------------------------
-if [[ ! -x "$OUT/helm" ]]; then
-    say "helm $HELM_VERSION"
-    new_module helm
-    gorun "helm.sh/helm/v3@$HELM_VERSION" download "$SRC/helm" go get helm.sh/helm/v3/cmd/helm@"$HELM_VERSION"
-    ldf="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
-    t=$SECONDS
-    gorun "helm $HELM_VERSION" build "$SRC/helm" go build -p "$JOBS" -trimpath -ldflags "$ldf" -o "$OUT/helm" helm.sh/helm/v3/cmd/helm
-    say "helm: compiled in $((SECONDS - t)) s"
-fi
+    gorun "$label" build "$SRC/$name" go build -p "$JOBS" -trimpath -ldflags "$ldf" -o "$OUT/$name" "$pkg"
+    say "$name: compiled in $((SECONDS - t)) s"
+}
+go_tool etcd "etcd $ETCD_VERSION" "go.etcd.io/etcd/server/v3@$ETCD_VERSION" go.etcd.io/etcd/server/v3 \
+    "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=${ETCD_VERSION}"
+go_tool kwok "kwok $KWOK_VERSION" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok \
+    "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}"
+go_tool helm "helm $HELM_VERSION" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" helm.sh/helm/v3/cmd/helm \
+    "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
 
 # ---- KWOK stages ---------------------------------------------------------------------------------------
 if [[ ! -f "$OUT/$KWOK_STAGES" ]]; then
