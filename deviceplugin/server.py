@@ -272,8 +272,6 @@ class PluginManager:
         self.shared = shared
         self.poll_s = poll_s
         self.registrations = 0  # successful registration rounds (for tests and the benchmark)
-        self.registered_at: float | None = None
-        self._kubelet_inode: int | None = None
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -300,7 +298,6 @@ class PluginManager:
             log.warning("registration with %s failed: %s", self.kubelet_socket, _rpc_text(err))
             return False
         self.registrations += 1
-        self.registered_at = time.monotonic()
         log.info("registered %s with the kubelet", ", ".join(s.resource.name for s in self.servers))
         return True
 

@@ -178,9 +178,6 @@ class Context:
         """Allocate device memory; returns a handle. OutOfMemoryError past the quota (hard mode)."""
         return self._call(pb.SessionRequest(malloc=pb.Malloc(bytes=int(nbytes)))).allocated.handle
 
-    def malloc_info(self, nbytes: int) -> pb.Allocated:
-        return self._call(pb.SessionRequest(malloc=pb.Malloc(bytes=int(nbytes)))).allocated
-
     def free(self, handle: int) -> int:
         return self._call(pb.SessionRequest(free=pb.Free(handle=int(handle)))).freed.bytes
 

@@ -151,9 +151,6 @@ class Cluster:
         allowed = np.array([m in gpu_models and m != "" for m in self.models])
         return allowed[self.model_idx]
 
-    def used_gpu_milli(self) -> int:
-        return int(self.gpu_count.sum()) * MILLI - int(self.gpu_left_total.sum())
-
     # --- reserve / release: the only two mutations --------------------------------------------------
     def reserve(self, request: Request, node: int, gpus: Sequence[int]) -> Placement:
         """Take the request's resources on `node` and the given GPUs (the framework checked they fit)."""
@@ -187,9 +184,3 @@ class Cluster:
             return request.gpu_mem_mib
         cap = int(self.gpu_mem_cap[node, 0])
         return cap * request.gpu_milli // MILLI
-
-    def describe_node(self, node: int) -> str:
-        spec = self.nodes[node]
-        left = " ".join(str(int(v)) for v in self.gpu_left[node, : spec.num_gpu])
-        return (f"{spec.name} <cpu {self.cpu_left[node]}/{spec.cpu_milli}m, "
-                f"gpu {spec.model or '-'} x{spec.num_gpu} left [{left}]m>")

@@ -62,7 +62,6 @@ class InterferenceModel:
         self._specs: dict[str, object | None] = {}
         self._rates: dict[tuple[str, int], float] = {}
         self._factors: dict[tuple, float] = {}
-        self.colocate_calls = 0
 
     # --- GPUs ------------------------------------------------------------------------------------------
     def gpu_for(self, model: str):
@@ -95,7 +94,6 @@ class InterferenceModel:
             gpu = self.gpu_for(model)
             op = self._op(gpu)
             rates = colocate(gpu, self.workload.mode, [ClientLoad(op) for _ in range(clients)])
-            self.colocate_calls += 1
             self._rates[key] = sum(rates) / len(rates)  # identical clients: the mean is each one's rate
         return self._rates[key]
 

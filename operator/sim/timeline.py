@@ -287,7 +287,8 @@ class _Sharing:
         gpu = (p.node, p.gpus[0])
         self._flush(gpu, now)
         self.residents.setdefault(gpu, set()).add(p.request.name)
-        self.duty[p.request.name] = p.request.gpu_milli / MILLI
+        gpu_milli = p.request.gpu_milli
+        self.duty[p.request.name] = self.model.workload.duty_of(gpu_milli) if self.model else gpu_milli / MILLI
         self.acc.setdefault(p.request.name, [0.0, 0.0])
 
     def leave(self, p: Placement, now: float) -> float:

@@ -37,10 +37,6 @@ class Trace:
     def requests(self) -> list[Request]:
         return [p.request for p in self.pods]
 
-    @property
-    def has_times(self) -> bool:
-        return all(p.creation_time is not None for p in self.pods)
-
 
 def bundled_path(filename: str) -> Path:
     """A file of the bundled openb data (GPU node list and default pod trace)."""

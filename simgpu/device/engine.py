@@ -86,7 +86,6 @@ class _HostGap:
 class Client:
     id: int
     spec: ClientSpec
-    opened_at: float
     lost: str | None = None
     stream: deque = field(default_factory=deque)
     launched: int = 0
@@ -181,7 +180,7 @@ class EmulatedDevice:
             raise SimgpuError(f"bad priority {spec.priority!r}", field="priority", allowed=[0, 1])
         cid = next(self._ids)
         self.memory.add_client(cid, spec.mem_limit_bytes)
-        self.clients[cid] = Client(cid, spec, opened_at=self.now)
+        self.clients[cid] = Client(cid, spec)
         self._cands = None
         return cid
 

@@ -135,9 +135,5 @@ class MemoryLedger:
     def host_used(self) -> int:
         return sum(m.host_bytes for m in self._clients.values())
 
-    @property
-    def device_free(self) -> int:
-        return self.total - self.device_used
-
     def allocations(self) -> list[Allocation]:
         return list(self._allocs.values())
