@@ -9,6 +9,7 @@ smallest node name, and names nodes with a random-permutation prefix, so ties al
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -99,12 +100,17 @@ def best_fit_gpus(cluster: Cluster, request: Request, node: int) -> tuple[int, .
     return tuple(int(g) for g in free[: request.num_gpu])
 
 
+#: An admission check, asked before scoring with the feasible-node mask: a reason to turn the pod away even
+#: though it fits (kube-scheduler's PreEnqueue/PreFilter rejections), or None to go on. It sees every request.
+Admission = Callable[[Cluster, Request, np.ndarray], str | None]
+
+
 class Framework:
     """Runs one policy's phases over a cluster; `schedule` places one request or explains why it cannot."""
 
     def __init__(self, cluster: Cluster, policy: Policy, rng: np.random.Generator,
-                 node_order: np.ndarray | None = None):
-        self.cluster, self.policy, self.rng = cluster, policy, rng
+                 node_order: np.ndarray | None = None, admission: Admission | None = None):
+        self.cluster, self.policy, self.rng, self.admission = cluster, policy, rng, admission
         #: Tie-break rank per node (lower wins); by default a random permutation from `rng`.
         self.node_rank = rng.permutation(cluster.size) if node_order is None else np.asarray(node_order)
         policy.attach(cluster, rng)
@@ -113,8 +119,11 @@ class Framework:
         """Place one request. With `explained=False` a failure carries no reasons (the replay's hot path)."""
         feasible = filter_nodes(self.cluster, request)
         candidates = np.flatnonzero(feasible)
+        refusal = self.admission(self.cluster, request, feasible) if self.admission else None
         if candidates.size == 0:
             return explain(self.cluster, request) if explained else Unschedulable(request, self.cluster.size, ())
+        if refusal:
+            return Unschedulable(request, self.cluster.size, ((refusal, int(candidates.size)),))
         scores = np.asarray(self.policy.score(request, feasible))[candidates]
         top = candidates[scores == scores.max()]
         node = int(top[np.argmin(self.node_rank[top])]) if top.size > 1 else int(top[0])

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from fgpu_operator.placement.fragmentation import FragMeter, TargetWorkload
-from fgpu_operator.placement.framework import Framework, Unschedulable
+from fgpu_operator.placement.framework import Admission, Framework, Unschedulable
 from fgpu_operator.placement.model import MILLI, Cluster, NodeSpec, Request
 from fgpu_operator.placement.policies import make_policy
 
@@ -89,14 +89,15 @@ class ReplayResult:
 
 
 def replay(nodes: list[NodeSpec], trace: Trace, policy_name: str, seed: int, tune: float = 1.3,
-           workload: TargetWorkload | None = None, keep_failures: int = 0) -> ReplayResult:
-    """One (trace, policy, seed) replay of the FGD protocol."""
+           workload: TargetWorkload | None = None, keep_failures: int = 0,
+           admission: Admission | None = None) -> ReplayResult:
+    """One (trace, policy, seed) replay of the FGD protocol (`admission`: see `Framework`)."""
     started = time.perf_counter()
     cluster = Cluster(list(nodes))
     workload = workload or TargetWorkload.from_requests(trace.requests)
     rng = np.random.default_rng(seed)
     requests = tune_workload(trace.requests, cluster.total_gpus * MILLI, tune, rng)
-    framework = Framework(cluster, make_policy(policy_name, workload), rng)
+    framework = Framework(cluster, make_policy(policy_name, workload), rng, admission=admission)
     meter = FragMeter(cluster, workload)
     node_frag = meter.node_amounts(cluster)
     frag_total = float(node_frag.sum())
