@@ -5,8 +5,10 @@ bench/data/h100_measured.json (a second H100, measured by `simgpu calibrate`; bo
 bench/data/h100_measured_2.json (a third H100 run, not used in the fit). H200: bench/data/
 h200_measured.json -- a GPU the model was NOT fitted on (predicted from its spec sheet + the Hopper
 constants); its last column also takes the host-side dispatch floors (a CPU/PyTorch property) from the
-H200 machine's own 256^3/512^3 GEMMs. Prints tables and a summary against the targets; writes a
-scatter plot (--plot).
+H200 machine's own 256^3/512^3 GEMMs. bench/data/h100_colocation_mps_bw.json (MPS mixes of GEMMs with
+bandwidth-bound kernels, bench/simgpu_measure_colocation.py --grid mps_bw) gives two columns: the mixes
+the DRAM-contention constant was fitted on (MPS_BW_FIT) and everything else in that file (held out).
+Prints tables and a summary against the targets; writes a scatter plot (--plot).
 
     .venv/bin/python bench/simgpu_fidelity.py [--plot out/simgpu_fidelity.png] [--json out/fidelity.json] [-v]
 """
@@ -24,6 +26,7 @@ from rich.table import Table
 
 from simgpu.catalog import get_gpu
 from simgpu.perf import ClientLoad, CopyOp, ElementwiseOp, GemmOp, colocate, op_cost, params_for
+from simgpu.perf.ops import parse_op
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = Path("/work/shared/calibration/h100_reference.json")
@@ -37,6 +40,15 @@ DATASETS = [
     ("H100 new mixes (held out)", "H100", [ROOT / "bench/data/h100_colocation_extra.json"], False),
     ("H200 new mixes (not fitted)", "H200", [ROOT / "bench/data/h200_colocation_extra.json"], False),
 ]
+# MPS + bandwidth grid: (column, GPU, data file, which part). `stream_latency_on_chip` (arch.yaml) was
+# fitted on these mixes alone: GEMMs (8192^3, 4096^3) next to a 1 GiB copy at complementary splits.
+# Held out: oversubscribed splits, the 6144^3 GEMM, the 256 MiB copy, the elementwise add, two GEMMs,
+# and every op alone at each percentage. The L2-resident copy ("l2c", op null) is a diagnostic that
+# the model does not describe: skipped.
+MPS_BW_FILE = ROOT / "bench/data/h100_colocation_mps_bw.json"
+MPS_BW_FIT = ("g8k50+c1G50", "g8k25+c1G75", "g8k75+c1G25", "g8k90+c1G10", "g4k50+c1G50", "g4k75+c1G25")
+MPS_BW_DATASETS = [("H100 MPS+BW grid (fit)", "H100", MPS_BW_FILE, "fit"),
+                   ("H100 MPS+BW grid (held out)", "H100", MPS_BW_FILE, "held_out")]
 # Published measurements on GPUs we never ran: Stas Bekman's "Maximum Achievable Matmul FLOPS" (MAMF)
 # table, github.com/stas00/ml-engineering compute/accelerator/README.md (torch matmul, mean of 100
 # iterations after 50 warm-ups, the best shape of a brute-force search -- so biased towards lucky
@@ -140,6 +152,26 @@ def loop_rows(gpu, meas: dict) -> list[Row]:
     return rows
 
 
+def mps_bw_rows(gpu, meas: dict, part: str) -> list[Row]:
+    """Rows of an --grid mps_bw file: each op alone at a percentage ("mps_scaling") and each mix ("mps");
+    `part` picks the fitted mixes or the rest."""
+    rows = []
+    for section, group in (("solo", "mps_scaling"), ("mps", "mps")):
+        for name, case in meas.get(section, {}).items():
+            clients = case.get("clients", [])
+            if not clients or any(c.get("op") is None for c in clients):
+                continue
+            if (part == "fit") != (section == "mps" and name in MPS_BW_FIT):
+                continue
+            loads = [ClientLoad(parse_op(c["op"]), None if c["mps_pct"] in (None, 100) else c["mps_pct"])
+                     for c in clients]
+            rates = colocate(gpu, "mps", loads)
+            for j, (c, r) in enumerate(zip(clients, rates, strict=True)):
+                label = name if section == "solo" else f"{name} [{j}] {c['kind']}@{c['mps_pct'] or 100}"
+                rows.append(Row(group, label, c["rate_per_s"], r, "it/s"))
+    return rows
+
+
 def published_rows() -> list[Row]:
     rows = []
     for gpu_name, m, n, k, dtype, tflops, _ in PUBLISHED:
@@ -230,7 +262,9 @@ def plot(path: Path, results: dict[str, list[Row]]) -> None:
     import matplotlib.pyplot as plt
 
     shown = {n: r for n, r in results.items() if "own host" not in n and "published" not in n}
-    colors = dict(zip(shown, ("tab:blue", "tab:green", "tab:orange", "tab:red", "tab:purple", "tab:brown"), strict=False))
+    palette = ("tab:blue", "tab:green", "tab:orange", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:gray",
+               "tab:olive", "tab:cyan")
+    colors = {name: palette[i % len(palette)] for i, name in enumerate(shown)}
     groups = ["gemm", "copy", "loop", "mps_scaling", "timeslice", "mps"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5.5), gridspec_kw={"width_ratios": [1, 1.2]})
     values = [v for rows in shown.values() for r in rows if r.group == "gemm" for v in (r.measured, r.predicted)]
@@ -278,6 +312,15 @@ def main(argv: list[str] | None = None) -> int:
         meas = json.loads(path.read_text())
         gpu = with_host_floors(get_gpu(gpu_name), meas) if own_floors else get_gpu(gpu_name)
         rows = all_rows(gpu, meas)
+        results[name] = rows
+        if not args.quiet:
+            print_rows(console, f"{name}: {gpu.name}, {path.name}", rows)
+    for name, gpu_name, path, part in MPS_BW_DATASETS:
+        if not path.is_file():
+            console.print(f"[yellow]{name}: no data ({path})[/]")
+            continue
+        gpu = get_gpu(gpu_name)
+        rows = mps_bw_rows(gpu, json.loads(path.read_text()), part)
         results[name] = rows
         if not args.quiet:
             print_rows(console, f"{name}: {gpu.name}, {path.name}", rows)

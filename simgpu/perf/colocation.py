@@ -10,7 +10,9 @@ event by event, because the measured rates depend on that loop structure:
   Many small kernels therefore pay a switch for every batch: the heavy loss for small kernels.
 * mps: kernels from all clients run concurrently. The block scheduler hands SMs to kernels in the order
   they became ready (FIFO), each kernel taking at most its client's visible SMs (the MPS percentage);
-  running kernels share the power budget (clock) and DRAM bandwidth.
+  running kernels share the power budget (clock) and DRAM. DRAM is shared by Little's law (each kernel
+  gets its outstanding requests over the loaded latency), which is why a streaming kernel, whose SMs
+  keep far more requests outstanding than a GEMM's prefetches, takes most of it (`_speeds`).
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from typing import Literal
 from simgpu.errors import SimgpuError
 from simgpu.perf.cost import check_dtype, gemm_at_power, mps_visible_sms
 from simgpu.perf.gemm import gemm_time
-from simgpu.perf.memory import bandwidth
+from simgpu.perf.memory import SOFTMIN_P, bandwidth
 from simgpu.perf.ops import CopyOp, ElementwiseOp, GemmOp, Op
 from simgpu.perf.params import PerfParams, params_for
 from simgpu.perf.power import clock_mhz
@@ -272,11 +274,34 @@ def _mps(gpu, params: PerfParams, clients: list[ClientLoad]) -> list[float]:
     return [(d + (1.0 - left[i] if running[i] else 0.0)) / t for i, d in enumerate(done)]
 
 
+def _latency_factor(inflight: float, bw: float) -> float:
+    """How much longer a DRAM request takes than unloaded when requesters keep `inflight` bytes/s worth
+    of requests outstanding (each measured as the bandwidth it would draw at the unloaded latency):
+    lambda(u) = (1 + u^p)^(1/p), u = inflight / bw. Little's law then gives each requester
+    w / lambda -- for one streamer exactly the soft minimum of memory.bandwidth."""
+    return (1.0 + (inflight / bw) ** SOFTMIN_P) ** (1.0 / SOFTMIN_P)
+
+
+def _clock_scale(params: PerfParams, gpu, mhz: float) -> float:
+    """What one SM streams at clock `mhz` relative to the maximum clock: its loads in flight are fixed
+    (occupancy), the unloaded latency is part DRAM (ns) and part on-chip (SM/L2 clock cycles)."""
+    chip = params.stream_latency_on_chip
+    return 1.0 / ((1.0 - chip) + chip * gpu.boost_mhz / max(mhz, 1.0))
+
+
 def _speeds(gpu, params: PerfParams, prof: _Profiles, clients: list[ClientLoad], alloc: list[int],
             want: list[int], caps: list[int]) -> list[float]:
     """Fraction of its op each client completes per second, given its SMs, the shared clock and DRAM.
-    A GEMM runs at its full speed on its visible SMs while it has every SM it wants, proportionally
-    slower with fewer; a bandwidth-bound kernel runs at what its SMs can stream."""
+
+    DRAM is shared by Little's law, not in proportion to demand. A bandwidth-bound kernel keeps every
+    SM's load slots full: `sm_bandwidth_bytes_per_s` per SM at the unloaded latency (less at a lower
+    clock, `_clock_scale`). A GEMM keeps outstanding only the operand prefetches its software pipeline
+    needs to run at full speed at the unloaded latency (its DRAM demand; letting that be a free
+    multiple fitted 0.99, so none is used). The loaded latency grows with the total outstanding
+    (`_latency_factor`) and each kernel gets its outstanding bytes over it: a streamer that
+    oversubscribes DRAM takes most of it, and the GEMM stalls by the latency its own traffic alone
+    would not have caused (measured: a GEMM next to a copy at 50/50 keeps 48% of its speed, 90% next to
+    an L2-resident copy -- the loss is DRAM, not the L2 or the crossbar)."""
     active = [i for i, a in enumerate(alloc) if a > 0]
     speeds = [0.0] * len(alloc)
     if not active:
@@ -294,12 +319,18 @@ def _speeds(gpu, params: PerfParams, prof: _Profiles, clients: list[ClientLoad],
         demand = sum(alloc[i] / gpu.sms * profile(i, mhz)[3] for i in active)
         mhz = clock_mhz(gpu, demand)
     profiles = {i: profile(i, mhz) for i in active}
-    bw = gpu.mem_bw_bytes_per_s * params.dram_efficiency  # each kernel's own SM limit is in its profile
-    wanted = {i: p[1] / p[2] * share(i) for i, p in profiles.items()}
-    total = sum(wanted.values())
+    bw = gpu.mem_bw_bytes_per_s * params.dram_efficiency
+    inflight = {}
     for i, (_, dram, seconds, _, _) in profiles.items():
-        speed = share(i) / seconds
-        if total > bw and dram > 0:
-            speed = min(speed, bw * wanted[i] / total / dram)
-        speeds[i] = speed
+        if isinstance(clients[i].op, GemmOp):
+            inflight[i] = dram / seconds * share(i)
+        else:
+            inflight[i] = alloc[i] * params.sm_bandwidth_bytes_per_s * _clock_scale(params, gpu, mhz)
+    loaded = _latency_factor(sum(inflight.values()), bw)
+    for i, (compute, dram, seconds, _, _) in profiles.items():
+        if isinstance(clients[i].op, GemmOp):
+            alone = _latency_factor(inflight[i], bw)
+            speeds[i] = share(i) / seconds * min(1.0, alone / loaded)
+        else:
+            speeds[i] = 1.0 / (params.launch_s + max(compute, dram * loaded / inflight[i]))
     return speeds

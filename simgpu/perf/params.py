@@ -38,6 +38,9 @@ class PerfParams(pydantic.BaseModel, frozen=True):
     dram_efficiency: float = pydantic.Field(gt=0, le=1)
     gemm_dram_efficiency: float = pydantic.Field(gt=0, le=1)
     sm_bandwidth_bytes_per_s: float = pydantic.Field(gt=0)
+    # Share of a streaming kernel's unloaded memory latency spent in the SM/L2 clock domain (so a
+    # streamer next to a GEMM that pulls the clock down under the power limit streams less per SM).
+    stream_latency_on_chip: float = pydantic.Field(default=0.0, ge=0, le=1)
     # Overheads: GPU-side launch/ramp of one kernel; host (framework) time to issue one op in a loop;
     # the floor an event-timed single op shows (host dispatch between the two events), per dtype/op.
     launch_s: float = pydantic.Field(ge=0)
