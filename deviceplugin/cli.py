@@ -1,7 +1,7 @@
 """`fgpu-device-plugin`: advertise a node's emulated GPUs to the kubelet.
 
     fgpu-device-plugin --config FILE --node-name NAME [--device-plugin-path DIR] [--daemon-socket PATH]
-                       [--kubeconfig FILE | --standalone]
+                       [--state-dir DIR] [--kubeconfig FILE | --standalone]
 
 Bad input (an invalid config, a missing directory) is one line on stderr and exit code 2.
 """
@@ -20,6 +20,7 @@ from deviceplugin.health import start_health
 from deviceplugin.labels import inventory, inventory_annotation, node_labels
 from deviceplugin.resources import discover, node_devices, node_level_resources
 from deviceplugin.server import HealthBoard, PluginManager, make_shared
+from deviceplugin.statedir import DEFAULT_STATE_DIR, STATE_DIR_ENV, explicit_state_dir, prepare_state_dir
 from simgpu.errors import SimgpuError
 from simgpu.nodeconfig import load_node_config, resolve_node_name
 from simgpu.token import load_or_create_secret
@@ -36,6 +37,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device-plugin-path", default=DEFAULT_PLUGIN_DIR,
                    help=f"directory holding kubelet.sock (default {DEFAULT_PLUGIN_DIR})")
     p.add_argument("--daemon-socket", help="the simgpu node daemon's socket (mounted into containers)")
+    p.add_argument("--state-dir", metavar="DIR",
+                   help="writable directory for state that must outlive the plugin (the allocation journal); "
+                        f"default: config stateDir, ${STATE_DIR_ENV}, the tokenSecretFile's directory if "
+                        f"writable, else {DEFAULT_STATE_DIR}")
     p.add_argument("--kubeconfig", help="kubeconfig (default: $KUBECONFIG, in-cluster, else standalone)")
     p.add_argument("--standalone", action="store_true", help="never talk to the Kubernetes API")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -62,12 +67,21 @@ class Plugin:
             except Exception as err:  # unreadable or invalid kubeconfig
                 raise SimgpuError(f"cannot load: {err}", field="--kubeconfig") from None
         pods = None
-        if self.api is not None and any(r.fractional for r in self.resources):
+        needs_journal = self.api is not None and any(r.fractional for r in self.resources)
+        self.state_dir = None
+        if needs_journal or explicit_state_dir(args.state_dir, self.cfg.state_dir, os.environ):
+            # checked even when unused if set explicitly: a typo should not wait for the first fractional GPU
+            self.state_dir = prepare_state_dir(args.state_dir, self.cfg.state_dir, os.environ,
+                                               self.cfg.token_secret_file)
+        if needs_journal:
             from deviceplugin.kube import KubePods
+            from deviceplugin.records import JournalBusy
 
-            # the journal lives beside the token secret: both are node state that must outlive the plugin
-            journal = os.path.join(os.path.dirname(os.path.abspath(self.cfg.token_secret_file)), JOURNAL_NAME)
-            pods = KubePods(self.api, self.node, journal_path=journal)
+            journal = os.path.join(self.state_dir, JOURNAL_NAME)
+            try:
+                pods = KubePods(self.api, self.node, journal_path=journal)
+            except JournalBusy as err:
+                raise SimgpuError(f"{err}; give each plugin its own state directory", field="--state-dir") from None
         self.board = HealthBoard()
         self.shared = make_shared(ctx, node_devices(self.cfg, self.node), pods, self.board)
         if pods is not None:  # allocated before a crash, maybe not on the pod yet: never hand out twice

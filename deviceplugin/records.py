@@ -9,11 +9,13 @@ has waited `max_delay_s`, whichever is first.
 Crash safety: before Allocate replies, each record is appended to a journal file (one write(2), no fsync:
 the failure to survive is the plugin process dying, not the node, whose pods die with it). A restarted plugin
 replays the journal: records are queued again and reported by `journaled()` so Allocate treats them as taken
-until the patches land. The journal is emptied whenever every queued record has been written.
+until the patches land. The journal is emptied whenever every queued record has been written. The journal is
+locked (flock) while open: two plugins sharing one would truncate each other's records, so the second refuses.
 """
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -28,6 +30,10 @@ PodKey = tuple[str, str, str]  # (uid, namespace, name)
 Writer = Callable[[PodKey, frozenset[str]], bool]
 
 
+class JournalBusy(Exception):
+    """Another live process holds the journal."""
+
+
 class AllocationRecorder:
     def __init__(self, write: Writer, journal_path: str | None = None, quiet_s: float = 0.005,
                  max_delay_s: float = 1.0, retry_s: float = 1.0) -> None:
@@ -40,11 +46,17 @@ class AllocationRecorder:
         self._fd: int | None = None
         self._replayed: set[tuple[str, str]] = set()
         if journal_path:
-            self._replay(journal_path)
             try:
                 self._fd = os.open(journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            except OSError as err:  # e.g. the secret's directory is a read-only mount
+            except OSError as err:  # the CLI checks the state directory first: this is a race or odd mount
                 log.warning("no allocation journal (%s): a plugin crash may lose unwritten records", err)
+            if self._fd is not None:
+                try:
+                    fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(self._fd)
+                    raise JournalBusy(f"{journal_path} is in use by another running plugin") from None
+            self._replay(journal_path)
         self._thread = threading.Thread(target=self._loop, name="pod-record", daemon=True)
         self._thread.start()
 

@@ -166,6 +166,7 @@ class NodeConfig(_Model):
     memory_quota: Literal["hard", "oversubscribe"] = "hard"
     time_dilation: float = pydantic.Field(default=1.0, ge=1e-3)
     token_secret_file: str = DEFAULT_TOKEN_SECRET_FILE
+    state_dir: str | None = None  # the device plugin's state (allocation journal); see deviceplugin/statedir.py
     sharing: Sharing = Sharing()
     fractional: Fractional = Fractional()
 
