@@ -7,7 +7,8 @@ h200_measured.json -- a GPU the model was NOT fitted on (predicted from its spec
 constants); its last column also takes the host-side dispatch floors (a CPU/PyTorch property) from the
 H200 machine's own 256^3/512^3 GEMMs. bench/data/h100_colocation_mps_bw.json (MPS mixes of GEMMs with
 bandwidth-bound kernels, bench/simgpu_measure_colocation.py --grid mps_bw) gives two columns: the mixes
-the DRAM-contention constant was fitted on (MPS_BW_FIT) and everything else in that file (held out).
+the DRAM-contention constant was fitted on (MPS_BW_FIT) and everything else in that file (held out);
+the same grid measured on an H200 (bench/data/h200_colocation_mps_bw.json) is a third, never fitted.
 Prints tables and a summary against the targets; writes a scatter plot (--plot).
 
     .venv/bin/python bench/simgpu_fidelity.py [--plot out/simgpu_fidelity.png] [--json out/fidelity.json] [-v]
@@ -48,7 +49,8 @@ DATASETS = [
 MPS_BW_FILE = ROOT / "bench/data/h100_colocation_mps_bw.json"
 MPS_BW_FIT = ("g8k50+c1G50", "g8k25+c1G75", "g8k75+c1G25", "g8k90+c1G10", "g4k50+c1G50", "g4k75+c1G25")
 MPS_BW_DATASETS = [("H100 MPS+BW grid (fit)", "H100", MPS_BW_FILE, "fit"),
-                   ("H100 MPS+BW grid (held out)", "H100", MPS_BW_FILE, "held_out")]
+                   ("H100 MPS+BW grid (held out)", "H100", MPS_BW_FILE, "held_out"),
+                   ("H200 MPS+BW grid (not fitted)", "H200", ROOT / "bench/data/h200_colocation_mps_bw.json", "all")]
 # Published measurements on GPUs we never ran: Stas Bekman's "Maximum Achievable Matmul FLOPS" (MAMF)
 # table, github.com/stas00/ml-engineering compute/accelerator/README.md (torch matmul, mean of 100
 # iterations after 50 warm-ups, the best shape of a brute-force search -- so biased towards lucky
@@ -154,14 +156,14 @@ def loop_rows(gpu, meas: dict) -> list[Row]:
 
 def mps_bw_rows(gpu, meas: dict, part: str) -> list[Row]:
     """Rows of an --grid mps_bw file: each op alone at a percentage ("mps_scaling") and each mix ("mps");
-    `part` picks the fitted mixes or the rest."""
+    `part` picks the fitted mixes, the rest, or "all"."""
     rows = []
     for section, group in (("solo", "mps_scaling"), ("mps", "mps")):
         for name, case in meas.get(section, {}).items():
             clients = case.get("clients", [])
             if not clients or any(c.get("op") is None for c in clients):
                 continue
-            if (part == "fit") != (section == "mps" and name in MPS_BW_FIT):
+            if part != "all" and (part == "fit") != (section == "mps" and name in MPS_BW_FIT):
                 continue
             loads = [ClientLoad(parse_op(c["op"]), None if c["mps_pct"] in (None, 100) else c["mps_pct"])
                      for c in clients]
