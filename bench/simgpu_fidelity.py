@@ -281,7 +281,7 @@ def plot(path: Path, results: dict[str, list[Row]]) -> None:
                      label=name)
         for gi, g in enumerate(groups):
             errs = [100 * r.error for r in rows if r.group == g]
-            xs = [gi + (offset - (len(shown) - 1) / 2) * 0.13] * len(errs)
+            xs = [gi + (offset - (len(shown) - 1) / 2) * 0.8 / len(shown)] * len(errs)
             right.scatter(xs, errs, s=14, alpha=0.8, color=colors[name], label=name if gi == 0 else None)
     left.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured TFLOPS",
              ylabel="predicted TFLOPS", title="GEMMs (all shapes and dtypes)")

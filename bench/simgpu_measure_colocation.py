@@ -13,6 +13,10 @@ taken half-way through each case.
 
     python bench/simgpu_measure_colocation.py --out h100_colocation_extra.json [--seconds 3]
     python bench/simgpu_measure_colocation.py --grid mps_bw --out h100_colocation_mps_bw.json
+
+Where simgpu is not installed, make only it importable: PYTHONPATH=<repo root> would let the folder
+operator/ shadow the standard library's `operator` (e.g. mkdir /tmp/pp; ln -s $PWD/simgpu /tmp/pp/;
+PYTHONPATH=/tmp/pp python3 bench/simgpu_measure_colocation.py ...).
 """
 from __future__ import annotations
 
