@@ -170,7 +170,13 @@ class KubeNode:
         self.node = node
 
     def publish(self, labels: dict[str, str], annotations: dict[str, str]) -> None:
-        self.core.patch_node(self.node, {"metadata": {"labels": labels, "annotations": annotations}})
+        """Set the labels and annotations, and remove labels of ours that no longer hold (a merge patch only
+        adds: a gpu.product from before the node became mixed-model would otherwise stay)."""
+        from deviceplugin.labels import stale_labels
+
+        current = self.core.read_node(self.node).metadata.labels or {}
+        patch: dict[str, str | None] = {**labels, **dict.fromkeys(stale_labels(current, labels))}
+        self.core.patch_node(self.node, {"metadata": {"labels": patch, "annotations": annotations}})
 
     def publish_capacity(self, resources: dict[str, int]) -> None:
         if not resources:

@@ -67,7 +67,7 @@ def discover(cfg: NodeConfig, node_name: str) -> list[Resource]:
     strict: set[str] = set()
     fractional: set[str] = set()
     for gpu in cfg.gpu_devices(node_name):
-        for name, slots, fail_gt_one in _gpu_slots(cfg, gpu):
+        for name, slots, fail_gt_one in gpu_slots(cfg, gpu):
             pools.setdefault(name, []).extend(slots)
             if fail_gt_one:
                 strict.add(name)
@@ -76,7 +76,7 @@ def discover(cfg: NodeConfig, node_name: str) -> list[Resource]:
     return [Resource(name, tuple(slots), name in strict, name in fractional) for name, slots in pools.items()]
 
 
-def _gpu_slots(cfg: NodeConfig, gpu: GpuDevice):
+def gpu_slots(cfg: NodeConfig, gpu: GpuDevice):
     """(resource name, slots, failRequestsGreaterThanOne) for one physical GPU."""
     spec = gpu.spec
     if gpu.sharing == "fractional":
