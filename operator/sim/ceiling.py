@@ -155,3 +155,44 @@ def _proven(res) -> float:
                                       allowed=["a workload HiGHS can bound within the time limit"])
         return float(res.fun)
     return float(bound)
+
+
+@dataclass(frozen=True)
+class CeilingSummary:
+    """Both ceilings for one trace, averaged over seeds (what `fgpu simulate --ceiling` reports)."""
+
+    trace: str
+    seeds: list[int]
+    alloc_all_placed_pct: float
+    alloc_any_subset_pct: float
+    refused_pods: float  # pods the any-subset optimum turns away, mean over seeds
+
+    def as_json(self) -> dict:
+        return {"trace": self.trace, "seeds": self.seeds, "alloc_all_placed_pct": self.alloc_all_placed_pct,
+                "alloc_any_subset_pct": self.alloc_any_subset_pct, "refused_pods": self.refused_pods}
+
+
+def _one(args: tuple[Sequence[NodeSpec], Trace, int, float]) -> Ceiling:
+    nodes, trace, seed, tune = args
+    return ceiling(*arrivals_until(nodes, trace, seed, tune))
+
+
+def summarise_ceilings(nodes: Sequence[NodeSpec], traces: Sequence[Trace], seeds: Sequence[int], tune: float,
+                       workers: int = 1) -> list[CeilingSummary]:
+    """Per trace: mean ceilings over `seeds` (each seed packed exactly, a few seconds each)."""
+    jobs = [(list(nodes), trace, seed, tune) for trace in traces for seed in seeds]
+    if workers > 1 and len(jobs) > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
+            results = list(pool.map(_one, jobs))
+    else:
+        results = [_one(job) for job in jobs]
+    out = []
+    for i, trace in enumerate(traces):
+        mine = results[i * len(seeds):(i + 1) * len(seeds)]
+        out.append(CeilingSummary(trace.name, list(seeds),
+                                  round(float(np.mean([c.alloc_all_placed_pct for c in mine])), 2),
+                                  round(float(np.mean([c.alloc_any_subset_pct for c in mine])), 2),
+                                  float(np.mean([sum(c.refused.values()) for c in mine]))))
+    return out

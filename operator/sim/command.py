@@ -66,6 +66,9 @@ def register(subparsers) -> None:
     p.add_argument("--load", type=parse_load, default=None, metavar="L",
                    help="timeline mode: compress arrival gaps so the offered load is L x cluster GPU capacity "
                         "(default: the trace's own times; see docs/timeline.md)")
+    p.add_argument("--ceiling", action="store_true",
+                   help="replay mode: also bound what any scheduler could allocate at 100%% arrival (an exact "
+                        "offline packing per seed; see docs/placement.md)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--plot", metavar="FILE.png", help="write allocation/fragmentation curves to FILE.png")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, metavar="N",
@@ -84,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
         raise PlacementInputError(f"{args.plot!r} must end in .png", field="plot")
     if args.load is not None and args.mode != "timeline":
         raise PlacementInputError(f"applies only to --mode timeline (got --mode {args.mode})", field="--load")
+    if args.ceiling and args.mode != "replay":
+        raise PlacementInputError(f"applies only to --mode replay (got --mode {args.mode})", field="--ceiling")
     pods = args.pods or [None]
     if args.mode == "timeline":
         from .timeline_command import run_timeline
@@ -93,22 +98,29 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_replay(args, policies: list[str], seeds: list[int], pods: list[str | None]) -> int:
-    from .report import as_json, plot, table
+    from .report import as_json, ceiling_table, plot, table
     from .runner import jobs_for, run_jobs, summarise
     from .trace import load_nodes, load_pods
 
-    load_nodes(args.nodes)  # validate inputs up front: one clear error before any work starts
-    for path in pods:
-        load_pods(path)
+    nodes = load_nodes(args.nodes)  # validate inputs up front: one clear error before any work starts
+    traces = [load_pods(path) for path in pods]
     jobs = jobs_for(args.nodes, pods, policies, seeds, args.tune)
     results = _with_progress(jobs, args.workers, run_jobs)
     summaries = summarise(results)
+    ceilings = []
+    if args.ceiling:
+        from .ceiling import summarise_ceilings
+
+        ceilings = summarise_ceilings(nodes, traces, seeds, args.tune, args.workers)
     if args.plot:
-        plot(summaries, args.plot)
+        plot(summaries, args.plot, ceilings)
     if args.json:
-        print(as_json(summaries))
+        print(as_json(summaries, ceilings))
     else:
         print(table(summaries))
+        if ceilings:
+            print()
+            print(ceiling_table(ceilings))
         if args.plot:
             print(f"plot: {args.plot}")
     return 0

@@ -5,6 +5,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from .ceiling import CeilingSummary
 from .runner import Summary
 
 #: GPU allocation ratio (%) at 100% arrival on the default openb trace, seeds 42-51, from the FGD paper's
@@ -13,8 +14,20 @@ PAPER_ALLOC_AT_100 = {"random": 86.30, "dotprod": 90.62, "clustering": 91.65, "p
                       "bestfit": 92.86, "fgd": 95.23}
 
 
-def as_json(summaries: Sequence[Summary]) -> str:
-    return json.dumps({"results": [s.as_json() for s in summaries]})
+def as_json(summaries: Sequence[Summary], ceilings: Sequence[CeilingSummary] = ()) -> str:
+    out: dict = {"results": [s.as_json() for s in summaries]}
+    if ceilings:
+        out["ceilings"] = [c.as_json() for c in ceilings]
+    return json.dumps(out)
+
+
+def ceiling_table(ceilings: Sequence[CeilingSummary]) -> str:
+    """What no scheduler can beat at 100% arrival, per trace (offline exact packing; see sim/ceiling.py)."""
+    lines = ["ceiling at 100% arrival (offline exact packing, nodes/CPU/memory ignored):"]
+    for c in ceilings:
+        lines.append(f"  {c.trace}: {c.alloc_all_placed_pct:.2f}% for any scheduler that places every sharing pod; "
+                     f"{c.alloc_any_subset_pct:.2f}% if it may turn away {c.refused_pods:.0f} feasible pods")
+    return "\n".join(lines)
 
 
 def table(summaries: Sequence[Summary]) -> str:
@@ -39,8 +52,9 @@ def table(summaries: Sequence[Summary]) -> str:
     return "\n".join(lines)
 
 
-def plot(summaries: Sequence[Summary], path: str | Path) -> Path:
-    """Allocation-ratio and fragmentation-ratio curves per policy against arrived workload (paper Fig. 7-style)."""
+def plot(summaries: Sequence[Summary], path: str | Path, ceilings: Sequence[CeilingSummary] = ()) -> Path:
+    """Allocation-ratio and fragmentation-ratio curves per policy against arrived workload (paper Fig. 7-style),
+    with each trace's all-placed ceiling (a bound at 100% arrival) marked there when given."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -56,6 +70,9 @@ def plot(summaries: Sequence[Summary], path: str | Path) -> Path:
         ax_alloc.plot(xs, [s.alloc_ratio[x] for x in xs], label=label, linewidth=1.4)
         xf = sorted(s.frag_ratio)
         ax_frag.plot(xf, [s.frag_ratio[x] for x in xf], label=label, linewidth=1.4)
+    for c in ceilings:
+        label = f"ceiling, every sharing pod placed ({c.trace})" if multi_trace else "ceiling, every sharing pod placed"
+        ax_alloc.plot([92, 108], [c.alloc_all_placed_pct] * 2, color="black", linewidth=1.2, label=label)
     ax_alloc.plot([0, 100], [0, 100], color="grey", linestyle=":", linewidth=1)
     ax_alloc.set(xlabel="arrived workload (% of cluster GPU capacity)", ylabel="GPU allocation ratio (%)",
                  xlim=(0, 130), ylim=(0, 100), title="GPUs allocated")

@@ -117,3 +117,23 @@ def test_pod_loader_never_crashes(tmp_path_factory, rows):
     except PlacementInputError:
         return
     assert any(p.request.wants_gpu for p in trace.pods)
+
+
+def test_ceiling_in_json_table_and_plot(capsys, small_trace, tmp_path):
+    nodes, pods = small_trace
+    base = ["--nodes", str(nodes), "--pods", str(pods), "--seeds", "1-2", "--policy", "fgd", "--workers", "1"]
+    code, out, _ = run(capsys, *base, "--ceiling", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    [c] = doc["ceilings"]
+    assert c["trace"] == "small" and c["seeds"] == [1, 2] and c["refused_pods"] >= 0
+    assert 0 < c["alloc_all_placed_pct"] <= c["alloc_any_subset_pct"] <= 100
+    code, out, _ = run(capsys, *base, "--ceiling", "--plot", str(tmp_path / "c.png"))
+    assert code == 0 and "ceiling at 100% arrival" in out and f"{c['alloc_all_placed_pct']:.2f}%" in out
+    assert (tmp_path / "c.png").stat().st_size > 10_000
+    code, out, _ = run(capsys, *base, "--json")
+    assert "ceilings" not in json.loads(out)  # the schema is unchanged without the flag
+
+
+def test_ceiling_is_replay_only(capsys):
+    assert "--ceiling: applies only to --mode replay" in bad(capsys, "--mode", "timeline", "--ceiling")
