@@ -9,7 +9,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from simgpu.nodeconfig import GPU_RESOURCE, MIG_RESOURCE_PREFIX, GpuDevice, NodeConfig
+from simgpu.nodeconfig import GPU_RESOURCE, GpuDevice, NodeConfig, mig_resource_name
+
+__all__ = ["Resource", "Slot", "discover", "gpu_slots", "mig_resource_name", "node_devices", "node_level_resources",
+           "replica_id"]
 
 REPLICA_SEP = "::"
 
@@ -51,12 +54,6 @@ class Resource:
         return cached
 
 
-def mig_resource_name(profile: str) -> str:
-    """`nvidia.com/mig-<profile>`; "+" (media-extension profiles such as 1g.10gb+me) is not allowed in a
-    resource name, so it becomes "." (nvidia.com/mig-1g.10gb.me)."""
-    return f"{MIG_RESOURCE_PREFIX}{profile.replace('+', '.')}"
-
-
 def replica_id(uuid: str, k: int) -> str:
     return f"{uuid}{REPLICA_SEP}{k}"
 
@@ -90,10 +87,7 @@ def gpu_slots(cfg: NodeConfig, gpu: GpuDevice):
     if gpu.mig:
         for inst in gpu.mig:
             base = GPU_RESOURCE if cfg.effective_mig_strategy == "single" else mig_resource_name(inst.profile)
-            replicas = 1
-            if gpu.sharing == "timeSlicing":
-                entry = block.entry(base) if block is not None else None
-                replicas = entry.replicas if entry is not None else gpu.replicas
+            replicas = inst.replicas  # decided by the node config (sharing.timeSlicing.resources[].devices)
             name = block.advertised_name(base) if (block is not None and replicas > 1) else base
             ids = [inst.uuid] if replicas == 1 else [replica_id(inst.uuid, k) for k in range(replicas)]
             mode = "timeSlicing" if replicas > 1 else "exclusive"

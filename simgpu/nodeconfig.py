@@ -2,8 +2,9 @@
 shared. Read by the device plugin (what to advertise) and the node daemon (what to emulate).
 
 In the spirit of NVIDIA's k8s-device-plugin config (peers.md section 5): `version: v1`, and NVIDIA's
-`sharing.timeSlicing|mps.{renameByDefault, failRequestsGreaterThanOne, resources[{name, replicas}]}` block
-is accepted as is. fgpu adds per-GPU sharing modes, MIG layouts, fractional sharing, memory-quota mode and
+`sharing.timeSlicing|mps.{renameByDefault, failRequestsGreaterThanOne, resources[{name, rename, replicas,
+devices}]}` block is accepted as is (`devices`: all, a count, or a list of indices / MIG indices / UUIDs; what is
+left out stays whole, as in NVIDIA's device map). fgpu adds per-GPU sharing modes, MIG layouts, fractional sharing, memory-quota mode and
 time dilation. See docs/deviceplugin.md for the reference and deploy/examples/node-config/ for examples.
 
 Pure: no Kubernetes, no gRPC. Every error is a SimgpuError naming the field (e.g. ``gpus[0].model``).
@@ -11,6 +12,7 @@ Pure: no Kubernetes, no gRPC. Every error is a SimgpuError naming the field (e.g
 from __future__ import annotations
 
 import os
+import re
 import socket
 import uuid
 from dataclasses import dataclass
@@ -39,13 +41,68 @@ class _Model(pydantic.BaseModel):
 
 
 # --- NVIDIA's sharing schema ------------------------------------------------------------------------------
+DeviceRef = int | str  # a GPU index, "<gpu>:<mig>" (a MIG device by position), "GPU-<uuid>" or "MIG-<uuid>"
+DEVICES_ALLOWED = ["all", "a count N >= 1 (the first N devices)",
+                   "a list of GPU indices, '<gpu>:<mig>' MIG indices, GPU-<uuid> or MIG-<uuid>"]
+_MIG_INDEX = re.compile(r"(\d+):(\d+)")
+
+
+def _device_ref(item: object, k: int) -> DeviceRef:
+    """One list entry of `devices`, in canonical form (NVIDIA's ReplicaDeviceRef forms; fgpu checks them)."""
+    if isinstance(item, bool) or not isinstance(item, int | str):
+        raise ValueError(f"item {k}: {item!r} is not a GPU index, MIG index or UUID")
+    if isinstance(item, int) or item.isdecimal():
+        if int(item) < 0:
+            raise ValueError(f"item {k}: a GPU index is >= 0, not {item}")
+        return int(item)
+    if m := _MIG_INDEX.fullmatch(item):
+        return f"{int(m[1])}:{int(m[2])}"
+    prefix = item[:4].upper()
+    if prefix in ("GPU-", "MIG-"):
+        try:
+            return f"{prefix}{uuid.UUID(item[4:])}"
+        except ValueError:
+            pass
+    raise ValueError(f"item {k}: {item!r} is not a GPU index, '<gpu>:<mig>' MIG index, GPU-<uuid> or MIG-<uuid>")
+
+
+def _devices(value: object) -> str | int | tuple[DeviceRef, ...]:
+    if value == "all":
+        return "all"
+    if isinstance(value, bool) or not isinstance(value, int | list | tuple):
+        raise SimgpuError(f"{value!r} is not a device selection", allowed=DEVICES_ALLOWED)
+    if isinstance(value, int):
+        if value < 1:
+            raise SimgpuError(f"a device count is >= 1, not {value}", allowed=DEVICES_ALLOWED)
+        return value
+    if not value:
+        raise SimgpuError("an empty list selects no device; leave the resource out instead",
+                          allowed=DEVICES_ALLOWED)
+    refs = tuple(_device_ref(item, k) for k, item in enumerate(value))
+    dupes = sorted({str(r) for r in refs if refs.count(r) > 1})
+    if dupes:
+        raise ValueError(f"listed twice: {', '.join(dupes)}")
+    return refs
+
+
 class ReplicatedResource(_Model):
-    """One entry of NVIDIA's `sharing.<mode>.resources`: advertise `replicas` devices per device of `name`."""
+    """One entry of NVIDIA's `sharing.<mode>.resources`: advertise `replicas` devices per device of `name`.
+    `devices` selects which ones (NVIDIA's schema: all, a count, or a list); devices of `name` left out stay
+    whole, under `name` (NVIDIA's rule, internal/rm/device_map.go)."""
 
     name: str = pydantic.Field(min_length=1)
     rename: str | None = None
     replicas: int = pydantic.Field(ge=1)
-    devices: Literal["all"] = "all"  # NVIDIA also allows index/UUID lists; fgpu sets sharing per GPU instead
+    devices: Literal["all"] | int | tuple[DeviceRef, ...] = "all"
+
+    @pydantic.field_validator("devices", mode="before")
+    @classmethod
+    def _parse_devices(cls, value: object) -> object:
+        return _devices(value)
+
+    @property
+    def selects_all(self) -> bool:
+        return self.devices == "all"
 
 
 class ReplicatedSharing(_Model):
@@ -132,6 +189,7 @@ class MigInstance:
     start: int  # first memory slice of its placement
     sms: int
     mem_bytes: int
+    replicas: int = 1  # > 1: time-sliced, per sharing.timeSlicing.resources (or the GPU group's replicas)
 
 
 @dataclass(frozen=True)
@@ -148,6 +206,12 @@ class GpuDevice:
         from simgpu.catalog import get_gpu
 
         return get_gpu(self.model)
+
+
+def mig_resource_name(profile: str) -> str:
+    """`nvidia.com/mig-<profile>`; "+" (media-extension profiles such as 1g.10gb+me) is not allowed in a
+    resource name, so it becomes "." (nvidia.com/mig-1g.10gb.me)."""
+    return f"{MIG_RESOURCE_PREFIX}{profile.replace('+', '.')}"
 
 
 def gpu_uuid(node_name: str, index: int) -> str:
@@ -195,32 +259,22 @@ class NodeConfig(_Model):
         return {"timeSlicing": self.sharing.time_slicing, "mps": self.sharing.mps}.get(mode)
 
     def gpu_devices(self, node_name: str) -> list[GpuDevice]:
-        """The node's GPUs with stable UUIDs (uuid5 of node name + index) and their MIG instances."""
-        devices: list[GpuDevice] = []
-        for gi, group in enumerate(self.gpus):
-            mode = self.sharing_mode(group)
-            for _ in range(group.count):
-                index = len(devices)
-                instances: tuple[MigInstance, ...] = ()
-                if group.mig_enabled:
-                    instances = tuple(
-                        MigInstance(mig_uuid(node_name, index, p.profile, p.start), p.profile, p.start, p.sms,
-                                    p.mem_bytes)
-                        for p in _mig_placements(group, f"gpus[{gi}].mig.layout")
-                    )
-                devices.append(GpuDevice(index, gpu_uuid(node_name, index), group.model, mode,
-                                         _replicas(self, group, mode), instances))
-        return devices
+        """The node's GPUs with stable UUIDs (uuid5 of node name + index), their MIG instances, and the sharing
+        mode and replicas each one ends up with once `sharing.<mode>.resources[].devices` is applied. A device
+        UUID that is not on this node is a SimgpuError naming the `devices` field."""
+        return _resolve(self, node_name)
 
 
 def _replicas(cfg: NodeConfig, group: GpuGroup, mode: str) -> int:
+    """Replicas of a GPU of `group` in `mode` that no devices list decides: the group's own, else those of an
+    `nvidia.com/gpu` entry that selects all devices, else 1."""
     if mode not in ("timeSlicing", "mps"):
         return 1
     if group.replicas is not None:
         return group.replicas
     block = cfg.replicated(mode)
     entry = block.entry(GPU_RESOURCE) if block is not None else None
-    return entry.replicas if entry is not None else 1
+    return entry.replicas if entry is not None and entry.selects_all else 1
 
 
 # --- MIG ---------------------------------------------------------------------------------------------------
@@ -291,7 +345,7 @@ def _check_groups(cfg: NodeConfig) -> None:
             any_mig = True
         else:
             all_mig = False
-        if mode in ("timeSlicing", "mps") and group.replicas is None:
+        if group.sharing in ("timeSlicing", "mps") and group.replicas is None:
             block = cfg.replicated(mode)
             if block is None or block.entry(GPU_RESOURCE) is None and not group.mig_enabled:
                 raise SimgpuError(
@@ -303,30 +357,230 @@ def _check_groups(cfg: NodeConfig) -> None:
     if strategy == "single" and any_mig and (not all_mig or len(mig_profiles) > 1):
         raise SimgpuError("the single strategy needs every GPU MIG-enabled with one profile "
                           f"(found {sorted(mig_profiles) or 'none'})", field="migStrategy", allowed=["mixed"])
+    devices = _resolve(cfg, cfg.node_name or "", check_uuids=cfg.node_name is not None)
     fractional = any(cfg.sharing_mode(g) == "fractional" for g in cfg.gpus)
     if fractional:
         names = cfg.fractional.resources
         if len({names.gpu, names.memory, names.cores}) != 3:
             raise SimgpuError("fractional resource names must differ", field="fractional.resources")
-        others = any(cfg.sharing_mode(g) != "fractional" for g in cfg.gpus)
-        if others and _plain_gpu_resource_used(cfg, names.gpu):
+        if _plain_gpu_resource_used(cfg, devices, names.gpu):
             raise SimgpuError(
                 f"{names.gpu} is both the fractional slot resource and a whole-GPU/replica resource on this node;"
                 " rename one (fractional.resources.gpu or sharing.<mode>.renameByDefault)",
                 field="fractional.resources.gpu")
 
 
-def _plain_gpu_resource_used(cfg: NodeConfig, name: str) -> bool:
-    for group in cfg.gpus:
-        mode = cfg.sharing_mode(group)
-        if mode == "fractional":
+def _plain_gpu_resource_used(cfg: NodeConfig, devices: list[GpuDevice], name: str) -> bool:
+    for dev in devices:
+        if dev.sharing == "fractional":
             continue
-        if group.mig_enabled and cfg.effective_mig_strategy == "mixed":
+        if dev.mig and cfg.effective_mig_strategy == "mixed":
             continue
-        block = cfg.replicated(mode)
+        block = cfg.replicated(dev.sharing)
         if (block.advertised_name(GPU_RESOURCE) if block else GPU_RESOURCE) == name:
             return True
     return False
+
+
+# --- devices lists: which GPUs / MIG devices a sharing.<mode>.resources entry selects --------------------------
+TargetKey = tuple[int, int | None]  # (GPU index, position among its MIG devices or None for the whole GPU)
+
+
+@dataclass(frozen=True)
+class _Slotted:
+    """One physical GPU before sharing is decided."""
+
+    index: int
+    group_index: int
+    group: GpuGroup
+    placements: tuple[_Placed, ...]
+
+
+def _layout(cfg: NodeConfig) -> list[_Slotted]:
+    out: list[_Slotted] = []
+    for gi, group in enumerate(cfg.gpus):
+        placed = tuple(_mig_placements(group, f"gpus[{gi}].mig.layout")) if group.mig_enabled else ()
+        first = len(out)
+        out.extend(_Slotted(first + k, gi, group, placed) for k in range(group.count))
+    return out
+
+
+def _block_mode(cfg: NodeConfig) -> str | None:
+    return "timeSlicing" if cfg.sharing.time_slicing else "mps" if cfg.sharing.mps else None
+
+
+class _Selector:
+    """Resolves one entry's `devices` (a count or a list) to target keys, with one error per mistake."""
+
+    def __init__(self, cfg: NodeConfig, layout: list[_Slotted], entry: ReplicatedResource, mode: str,
+                 field: str, node_name: str, check_uuids: bool) -> None:
+        self.layout, self.entry, self.mode, self.field = layout, entry, mode, field
+        self.node_name, self.check_uuids = node_name, check_uuids
+        mig_names = sorted({mig_resource_name(p.profile) for g in layout for p in g.placements})
+        any_mig = bool(mig_names)
+        single = cfg.effective_mig_strategy == "single"
+        self.profile: str | None = None
+        if entry.name == GPU_RESOURCE:
+            self.whole = not (single and any_mig)  # under single, nvidia.com/gpu devices are the MIG devices
+        elif entry.name.startswith(MIG_RESOURCE_PREFIX) and not single and entry.name in mig_names:
+            self.whole = False
+            self.profile = next(p.profile for g in layout for p in g.placements
+                                if mig_resource_name(p.profile) == entry.name)
+        elif entry.name.startswith(MIG_RESOURCE_PREFIX) and single:
+            raise self.error(f"under migStrategy single, MIG devices are advertised as {GPU_RESOURCE}: "
+                             f"select them under that name")
+        else:
+            raise self.error(f"{entry.name} has no devices on this node to select from",
+                             allowed=[GPU_RESOURCE, *mig_names])
+
+    def error(self, message: str, allowed: list | None = None) -> SimgpuError:
+        return SimgpuError(message, field=self.field, allowed=allowed)
+
+    def targets(self) -> list[TargetKey]:
+        if self.whole:
+            return [(g.index, None) for g in self.layout if not g.placements]
+        return [(g.index, j) for g in self.layout for j, p in enumerate(g.placements)
+                if self.profile is None or p.profile == self.profile]
+
+    def _describe(self, key: TargetKey) -> str:
+        return f"GPU {key[0]}" if key[1] is None else f"MIG device {key[0]}:{key[1]}"
+
+    def _claimable(self, key: TargetKey) -> bool:
+        return self.layout[key[0]].group.sharing in (None, self.mode)
+
+    def select(self) -> list[TargetKey]:
+        devices = self.entry.devices
+        if isinstance(devices, int):
+            eligible = [k for k in self.targets() if self._claimable(k)]
+            if devices > len(eligible):
+                raise self.error(f"asks for the first {devices} {self.entry.name} devices, but this node has "
+                                 f"{len(eligible)} that can be {self.mode}",
+                                 allowed=list(range(1, len(eligible) + 1)) or None)
+            return eligible[:devices]
+        seen: dict[TargetKey, str] = {}
+        for ref in devices:
+            for key in self._resolve_ref(ref):
+                if key in seen:
+                    raise self.error(f"{self._describe(key)} is listed twice (as {seen[key]} and {ref})")
+                seen[key] = str(ref)
+                group = self.layout[key[0]]
+                if not self._claimable(key):
+                    raise self.error(f"{self._describe(key)} is claimed twice: selected here for {self.mode}, but "
+                                     f"gpus[{group.group_index}].sharing is {group.group.sharing}")
+        return list(seen)
+
+    def _gpu(self, i: int) -> _Slotted:
+        if i >= len(self.layout):
+            raise self.error(f"no GPU {i} on this node", allowed=list(range(len(self.layout))))
+        return self.layout[i]
+
+    def _resolve_ref(self, ref: DeviceRef) -> list[TargetKey]:
+        if isinstance(ref, str) and ref.startswith("GPU-"):
+            if not self.check_uuids:
+                return []  # UUIDs derive from the node name: checked when the plugin/daemon knows it
+            uuids = [gpu_uuid(self.node_name, g.index) for g in self.layout]
+            if ref not in uuids:
+                raise self.error(f"no GPU {ref} on node {self.node_name}", allowed=uuids)
+            ref = uuids.index(ref)
+        if isinstance(ref, int):
+            gpu = self._gpu(ref)
+            if self.whole:
+                if gpu.placements:
+                    names = sorted({mig_resource_name(p.profile) for p in gpu.placements})
+                    raise self.error(f"GPU {ref} is MIG-enabled (gpus[{gpu.group_index}].mig): its devices are "
+                                     f"{', '.join(names)}, not {self.entry.name}")
+                return [(ref, None)]
+            if not gpu.placements:
+                raise self.error(f"GPU {ref} has MIG disabled, so it has no {self.entry.name} devices")
+            keys = [(ref, j) for j, p in enumerate(gpu.placements) if self.profile in (None, p.profile)]
+            if not keys:
+                raise self.error(f"GPU {ref} has no {self.profile} MIG device",
+                                 allowed=[p.profile for p in gpu.placements])
+            return keys
+        if self.whole:
+            raise self.error(f"{ref} is a MIG device, but {self.entry.name} devices here are whole GPUs")
+        if ref.startswith("MIG-"):
+            if not self.check_uuids:
+                return []
+            found = [(g.index, j) for g in self.layout for j, p in enumerate(g.placements)
+                     if mig_uuid(self.node_name, g.index, p.profile, p.start) == ref]
+            if not found:
+                raise self.error(f"no MIG device {ref} on node {self.node_name}")
+            i, j = found[0]
+        else:
+            i, j = (int(x) for x in ref.split(":"))
+            gpu = self._gpu(i)
+            if not gpu.placements:
+                raise self.error(f"GPU {i} has MIG disabled, so it has no MIG device {ref}")
+            if j >= len(gpu.placements):
+                raise self.error(f"GPU {i} has no MIG device {ref}",
+                                 allowed=[f"{i}:{k}" for k in range(len(gpu.placements))])
+        profile = self.layout[i].placements[j].profile
+        if self.profile not in (None, profile):
+            raise self.error(f"MIG device {i}:{j} is a {profile}, not a {self.profile}")
+        return [(i, j)]
+
+
+def _resolve(cfg: NodeConfig, node_name: str, check_uuids: bool = True) -> list[GpuDevice]:
+    """Each GPU's sharing mode and replicas (and each MIG device's), after applying `devices` selections."""
+    layout = _layout(cfg)
+    mode_b = _block_mode(cfg)
+    block = cfg.replicated(mode_b) if mode_b else None
+    chosen: set[tuple[str, int, int | None]] = set()  # (entry name, GPU index, MIG position)
+    if block is not None:
+        for k, entry in enumerate(block.resources):
+            if not entry.selects_all:
+                field = f"sharing.{mode_b}.resources[{k}].devices"
+                for key in _Selector(cfg, layout, entry, mode_b, field, node_name, check_uuids).select():
+                    chosen.add((entry.name, *key))
+
+    def selected(entry: ReplicatedResource, key: TargetKey) -> bool:
+        return entry.selects_all or (entry.name, *key) in chosen
+
+    single = cfg.effective_mig_strategy == "single"
+    gpu_entry = block.entry(GPU_RESOURCE) if block else None
+    devices = []
+    for g in layout:
+        group, explicit = g.group, g.group.sharing
+        if g.placements:
+            mode = explicit or (mode_b if block else "exclusive")
+            fallback = _replicas(cfg, group, mode)
+            instances = []
+            for j, p in enumerate(g.placements):
+                entry = block.entry(GPU_RESOURCE if single else mig_resource_name(p.profile)) if (
+                    block is not None and mode == mode_b) else None
+                if mode != "timeSlicing":
+                    replicas = 1
+                elif entry is None:
+                    replicas = fallback
+                else:
+                    replicas = entry.replicas if selected(entry, (g.index, j)) else 1
+                instances.append(MigInstance(mig_uuid(node_name, g.index, p.profile, p.start), p.profile, p.start,
+                                             p.sms, p.mem_bytes, replicas))
+            devices.append(GpuDevice(g.index, gpu_uuid(node_name, g.index), group.model, mode, fallback,
+                                     tuple(instances)))
+            continue
+        key = (g.index, None)
+        if explicit is not None:
+            mode = explicit
+        elif block is not None and (selected(gpu_entry, key) if gpu_entry is not None else group.replicas):
+            mode = mode_b
+        else:
+            mode = "exclusive"  # selected by no sharing resource: a whole GPU, as in NVIDIA's plugin
+        replicas = 1
+        if mode in ("timeSlicing", "mps"):
+            if group.replicas is not None:
+                replicas = group.replicas
+            elif mode == mode_b and gpu_entry is not None and selected(gpu_entry, key):
+                replicas = gpu_entry.replicas
+            else:
+                k = block.resources.index(gpu_entry) if (mode == mode_b and gpu_entry is not None) else None
+                where = f"list it in sharing.{mode}.resources[{k}].devices" if k is not None else (
+                    f"set sharing.{mode}.resources[{{name: {GPU_RESOURCE}, replicas: N}}]")
+                raise SimgpuError(f"GPU {g.index} has sharing {mode} but no replicas: set "
+                                  f"gpus[{g.group_index}].replicas or {where}", field=f"gpus[{g.group_index}].replicas")
+        devices.append(GpuDevice(g.index, gpu_uuid(node_name, g.index), group.model, mode, replicas))
+    return devices
 
 
 # --- loading ------------------------------------------------------------------------------------------------

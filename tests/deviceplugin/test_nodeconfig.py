@@ -24,7 +24,7 @@ def field_of(doc):
     return err.value
 
 
-@pytest.mark.parametrize("name", ["exclusive", "timeslicing", "mps", "fractional"])
+@pytest.mark.parametrize("name", ["exclusive", "timeslicing", "timeslicing-some", "mps", "fractional"])
 def test_examples_load(name):
     c = load_node_config(EXAMPLES / f"{name}.yaml")
     assert c.gpu_devices("n")
