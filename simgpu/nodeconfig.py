@@ -387,7 +387,7 @@ TargetKey = tuple[int, int | None]  # (GPU index, position among its MIG devices
 
 
 @dataclass(frozen=True)
-class _Slotted:
+class _PhysicalGpu:
     """One physical GPU before sharing is decided."""
 
     index: int
@@ -396,12 +396,12 @@ class _Slotted:
     placements: tuple[_Placed, ...]
 
 
-def _layout(cfg: NodeConfig) -> list[_Slotted]:
-    out: list[_Slotted] = []
+def _layout(cfg: NodeConfig) -> list[_PhysicalGpu]:
+    out: list[_PhysicalGpu] = []
     for gi, group in enumerate(cfg.gpus):
         placed = tuple(_mig_placements(group, f"gpus[{gi}].mig.layout")) if group.mig_enabled else ()
         first = len(out)
-        out.extend(_Slotted(first + k, gi, group, placed) for k in range(group.count))
+        out.extend(_PhysicalGpu(first + k, gi, group, placed) for k in range(group.count))
     return out
 
 
@@ -412,7 +412,7 @@ def _block_mode(cfg: NodeConfig) -> str | None:
 class _Selector:
     """Resolves one entry's `devices` (a count or a list) to target keys, with one error per mistake."""
 
-    def __init__(self, cfg: NodeConfig, layout: list[_Slotted], entry: ReplicatedResource, mode: str,
+    def __init__(self, cfg: NodeConfig, layout: list[_PhysicalGpu], entry: ReplicatedResource, mode: str,
                  field: str, node_name: str, check_uuids: bool) -> None:
         self.layout, self.entry, self.mode, self.field = layout, entry, mode, field
         self.node_name, self.check_uuids = node_name, check_uuids
@@ -469,7 +469,7 @@ class _Selector:
                                      f"gpus[{group.group_index}].sharing is {group.group.sharing}")
         return list(seen)
 
-    def _gpu(self, i: int) -> _Slotted:
+    def _gpu(self, i: int) -> _PhysicalGpu:
         if i >= len(self.layout):
             raise self.error(f"no GPU {i} on this node", allowed=list(range(len(self.layout))))
         return self.layout[i]
