@@ -24,6 +24,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from simgpu_measure_colocation import BW_OPS, sim_op  # bench/ (a script's own folder is on sys.path)
 
 from simgpu.catalog import get_gpu
 from simgpu.perf import ClientLoad, CopyOp, ElementwiseOp, GemmOp, colocate, op_cost, params_for
@@ -121,7 +122,7 @@ def copy_rows(gpu, meas: dict) -> list[Row]:
         c = op_cost(gpu, CopyOp(COPY_BYTES))
         rows.append(Row("copy", "copy 4 GiB", bw["copy_GBps_rw"], 2 * COPY_BYTES / c.seconds / 1e9, "GB/s"))
     if "add_GBps_rw" in bw:
-        c = op_cost(gpu, ElementwiseOp(3 * COPY_BYTES, COPY_BYTES // 4))
+        c = op_cost(gpu, ElementwiseOp(3 * COPY_BYTES, COPY_BYTES // 4, inputs=2))  # torch.add(x, y, out=z)
         rows.append(Row("copy", "add 3 x 4 GiB", bw["add_GBps_rw"], 3 * COPY_BYTES / c.seconds / 1e9, "GB/s"))
     return rows
 
@@ -154,6 +155,19 @@ def loop_rows(gpu, meas: dict) -> list[Row]:
     return rows
 
 
+def measured_op(client: dict):
+    """The op a measured client ran. Files written before elementwise ops had an input count recorded
+    the add without one (read as 1 input); the measurement script declares it (`sim_op`), so that
+    declaration fills the missing field -- after checking it describes the same bytes and FLOPs."""
+    recorded = client["op"]
+    declared = sim_op(client["kind"]) if client.get("kind") in BW_OPS else None
+    if recorded.get("op") == "elementwise" and "inputs" not in recorded and declared:
+        if any(declared.get(k) != recorded.get(k) for k in recorded):
+            raise SystemExit(f"{client['kind']}: recorded op {recorded} is not the script's {declared}")
+        recorded = declared
+    return parse_op(recorded)
+
+
 def mps_bw_rows(gpu, meas: dict, part: str) -> list[Row]:
     """Rows of an --grid mps_bw file: each op alone at a percentage ("mps_scaling") and each mix ("mps");
     `part` picks the fitted mixes, the rest, or "all"."""
@@ -165,7 +179,7 @@ def mps_bw_rows(gpu, meas: dict, part: str) -> list[Row]:
                 continue
             if part != "all" and (part == "fit") != (section == "mps" and name in MPS_BW_FIT):
                 continue
-            loads = [ClientLoad(parse_op(c["op"]), None if c["mps_pct"] in (None, 100) else c["mps_pct"])
+            loads = [ClientLoad(measured_op(c), None if c["mps_pct"] in (None, 100) else c["mps_pct"])
                      for c in clients]
             rates = colocate(gpu, "mps", loads)
             for j, (c, r) in enumerate(zip(clients, rates, strict=True)):

@@ -8,7 +8,8 @@ bench/data/<gpu>_colocation_extra.json.
 of several sizes, an elementwise add, an L2-resident copy as a diagnostic) at several SM splits, plus
 each op alone at each percentage (bench/data/<gpu>_colocation_mps_bw.json; ~3-4 minutes on an H100).
 Each client entry carries its op as simgpu.perf.ops.op_to_dict (null for the L2-resident diagnostic,
-which the model does not describe), and an nvidia-smi sample (SM clock, power, DRAM utilisation) is
+which the model does not describe; files measured before elementwise ops had an input count lack
+"inputs", and bench/simgpu_fidelity.py takes it from `sim_op` here), and an nvidia-smi sample (SM clock, power, DRAM utilisation) is
 taken half-way through each case.
 
     python bench/simgpu_measure_colocation.py --out h100_colocation_extra.json [--seconds 3]
@@ -47,12 +48,13 @@ MPS = {  # name: [(kind, pct or None)]
 
 # ---------------------------------------------------------------- grid mps_bw
 # Ops by name: bf16 cube GEMMs, copies of a float32 tensor (`floats` elements: the copy moves 8 x floats
-# bytes), an elementwise add z = x + y (12 x floats bytes), and a CUDA graph of `reps` copies of a
-# tensor small enough to stay in L2 (its traffic never reaches DRAM: a diagnostic only).
+# bytes), an elementwise add z = x + y (12 x floats bytes; `inputs`: the tensors it reads, which sets
+# its loads in flight per thread in the model), and a CUDA graph of `reps` copies of a tensor small
+# enough to stay in L2 (its traffic never reaches DRAM: a diagnostic only).
 BW_OPS = {
     "g8k": {"op": "gemm", "n": 8192}, "g6k": {"op": "gemm", "n": 6144}, "g4k": {"op": "gemm", "n": 4096},
     "c1G": {"op": "copy", "floats": 2**28}, "c256M": {"op": "copy", "floats": 2**26},
-    "add": {"op": "add", "floats": 2**28}, "l2c": {"op": "l2copy", "floats": 2**21, "reps": 200},
+    "add": {"op": "add", "floats": 2**28, "inputs": 2}, "l2c": {"op": "l2copy", "floats": 2**21, "reps": 200},
 }
 # Each op alone at the percentages the mixes use (None = no limit), then the mixes.
 BW_SOLO = [("g8k", p) for p in (25, 50, 75, 90, None)] + [("g4k", 50), ("g4k", 75), ("g4k", None), ("g6k", 50)] \
@@ -84,7 +86,8 @@ def sim_op(name: str) -> dict | None:
     if spec["op"] == "copy":
         return {"op": "copy", "bytes": 4 * spec["floats"]}
     if spec["op"] == "add":
-        return {"op": "elementwise", "bytes": 12 * spec["floats"], "flops": spec["floats"]}
+        return {"op": "elementwise", "bytes": 4 * (spec["inputs"] + 1) * spec["floats"], "flops": spec["floats"],
+                "inputs": spec["inputs"]}
     return None
 
 
@@ -104,6 +107,7 @@ def _bw_worker(name: str, seconds: float, barrier, queue, env: dict) -> None:
         x = torch.randn(spec["floats"], device="cuda")
         y = torch.randn_like(x)
         z = torch.empty_like(x)
+        assert spec["op"] == "copy" or spec["inputs"] == 2  # torch.add(x, y) reads the two tensors sim_op declares
 
         def op():
             return y.copy_(x) if spec["op"] == "copy" else torch.add(x, y, out=z)

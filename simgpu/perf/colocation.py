@@ -23,7 +23,7 @@ from typing import Literal
 from simgpu.errors import SimgpuError
 from simgpu.perf.cost import check_dtype, gemm_at_power, mps_visible_sms
 from simgpu.perf.gemm import gemm_time
-from simgpu.perf.memory import SOFTMIN_P, bandwidth
+from simgpu.perf.memory import SOFTMIN_P, bandwidth, inflight_per_sm
 from simgpu.perf.ops import CopyOp, ElementwiseOp, GemmOp, Op
 from simgpu.perf.params import PerfParams, params_for
 from simgpu.perf.power import clock_mhz
@@ -189,7 +189,8 @@ def _stream_profile(gpu, params: PerfParams, op: CopyOp | ElementwiseOp, sms: in
     moved = 2.0 * op.bytes if isinstance(op, CopyOp) else float(op.bytes)
     flops = 0.0 if isinstance(op, CopyOp) else float(op.flops)
     compute = flops / (sms * gpu.fp32_flops_per_clk_per_sm * gpu.boost_mhz * 1e6)
-    bw = bandwidth(gpu.mem_bw_bytes_per_s, params.dram_efficiency, sms, params.sm_bandwidth_bytes_per_s)
+    bw = bandwidth(gpu.mem_bw_bytes_per_s, params.dram_efficiency, sms,
+                   inflight_per_sm(op, params.sm_bandwidth_bytes_per_s))
     return compute, moved, params.launch_s + max(compute, moved / bw)
 
 
@@ -294,8 +295,9 @@ def _speeds(gpu, params: PerfParams, prof: _Profiles, clients: list[ClientLoad],
     """Fraction of its op each client completes per second, given its SMs, the shared clock and DRAM.
 
     DRAM is shared by Little's law, not in proportion to demand. A bandwidth-bound kernel keeps every
-    SM's load slots full: `sm_bandwidth_bytes_per_s` per SM at the unloaded latency (less at a lower
-    clock, `_clock_scale`). A GEMM keeps outstanding only the operand prefetches its software pipeline
+    SM's load slots full: `sm_bandwidth_bytes_per_s` per SM at the unloaded latency for a copy, (k+1)/2
+    of it for an elementwise op reading k inputs (`memory.inflight_per_sm`: k loads in flight per
+    thread), less at a lower clock (`_clock_scale`). A GEMM keeps outstanding only the operand prefetches its software pipeline
     needs to run at full speed at the unloaded latency (its DRAM demand; letting that be a free
     multiple fitted 0.99, so none is used). The loaded latency grows with the total outstanding
     (`_latency_factor`) and each kernel gets its outstanding bytes over it: a streamer that
@@ -325,7 +327,8 @@ def _speeds(gpu, params: PerfParams, prof: _Profiles, clients: list[ClientLoad],
         if isinstance(clients[i].op, GemmOp):
             inflight[i] = dram / seconds * share(i)
         else:
-            inflight[i] = alloc[i] * params.sm_bandwidth_bytes_per_s * _clock_scale(params, gpu, mhz)
+            per_sm = inflight_per_sm(clients[i].op, params.sm_bandwidth_bytes_per_s)
+            inflight[i] = alloc[i] * per_sm * _clock_scale(params, gpu, mhz)
     loaded = _latency_factor(sum(inflight.values()), bw)
     for i, (compute, dram, seconds, _, _) in profiles.items():
         if isinstance(clients[i].op, GemmOp):

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from simgpu.errors import SimgpuError
 from simgpu.perf.gemm import GemmTime, flops_per_clk_per_sm, gemm_time
-from simgpu.perf.memory import bandwidth
+from simgpu.perf.memory import bandwidth, inflight_per_sm
 from simgpu.perf.ops import CopyOp, ElementwiseOp, GemmOp, Op
 from simgpu.perf.params import PerfParams, params_for
 from simgpu.perf.power import clock_mhz, headroom
@@ -74,7 +74,8 @@ def _stream(gpu, params: PerfParams, op: CopyOp | ElementwiseOp, sms: int) -> tu
     """(seconds, dram bytes, flops) of a bandwidth-bound kernel."""
     moved = 2.0 * op.bytes if isinstance(op, CopyOp) else float(op.bytes)
     flops = 0.0 if isinstance(op, CopyOp) else float(op.flops)
-    bw = bandwidth(gpu.mem_bw_bytes_per_s, params.dram_efficiency, sms, params.sm_bandwidth_bytes_per_s)
+    bw = bandwidth(gpu.mem_bw_bytes_per_s, params.dram_efficiency, sms,
+                   inflight_per_sm(op, params.sm_bandwidth_bytes_per_s))
     compute = flops / (sms * gpu.fp32_flops_per_clk_per_sm * gpu.boost_mhz * 1e6)
     return params.launch_s + max(moved / bw, compute), moved, flops
 

@@ -34,15 +34,44 @@ class CopyOp:
     bytes: int
 
 
+# Input tensors an elementwise op may read. 1: unary (relu, scale, cast, layer norm's pass), 2: binary
+# (add, mul), 3: ternary (addcmul, where, lerp). The DRAM sharing model scales a kernel's outstanding
+# loads with this count (simgpu.perf.memory.inflight_per_sm), which holds while every input's loads fit
+# in flight at full occupancy; 4 bounds what is claimed (none above 2 was measured).
+ELEMENTWISE_INPUTS = (1, 2, 3, 4)
+
+
 @dataclass(frozen=True)
 class ElementwiseOp:
-    """A bandwidth-bound kernel touching `bytes` of DRAM (reads + writes) and doing `flops` FP32 FLOPs."""
+    """A bandwidth-bound kernel touching `bytes` of DRAM (reads + writes) and doing `flops` FP32 FLOPs.
+
+    `inputs`: how many equally sized tensors it reads (writing one): 1 for a unary op, 2 for `a + b`.
+    Each thread loads one element group of every input before computing, so an op with more inputs
+    keeps more loads in flight per SM and takes a larger share of DRAM next to other kernels."""
 
     bytes: int
     flops: int = 0
+    inputs: int = 1
+
+    def __post_init__(self):
+        check_inputs(self.inputs)
+
+
+def check_inputs(value: object, field: str = "inputs") -> int:
+    """The input-tensor count of an elementwise op, validated (SimgpuError naming `field` otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, Integral) or value not in ELEMENTWISE_INPUTS:
+        raise SimgpuError(f"got {value!r}", field=field, allowed=list(ELEMENTWISE_INPUTS))
+    return int(value)
 
 
 Op = GemmOp | CopyOp | ElementwiseOp
+
+
+def _integral(value: object) -> object:
+    """2.0 (JSON written by some tools) as 2; anything else unchanged, for the caller to judge."""
+    if isinstance(value, Real) and not isinstance(value, bool | Integral) and float(value).is_integer():
+        return int(value)
+    return value
 
 
 def _positive_int(d: dict, key: str, where: str, *, allow_zero: bool = False) -> int:
@@ -60,7 +89,8 @@ def _positive_int(d: dict, key: str, where: str, *, allow_zero: bool = False) ->
 
 def parse_op(d: dict, where: str = "") -> Op:
     """Validate one op given as a dict ({"op": "gemm", "m":.., "n":.., "k":.., "dtype":..} or
-    {"op": "copy", "bytes": B} or {"op": "elementwise", "bytes": B, "flops": F}).
+    {"op": "copy", "bytes": B} or {"op": "elementwise", "bytes": B, "flops": F, "inputs": N}; flops and
+    inputs are optional, 0 and 1).
 
     `where` prefixes field names in errors (e.g. "clients[1].op.") so callers can say which op was bad.
     Whether the dtype runs on a given GPU is checked later, against that GPU (op_cost)."""
@@ -78,7 +108,8 @@ def parse_op(d: dict, where: str = "") -> Op:
         return CopyOp(_positive_int(d, "bytes", where))
     if kind == "elementwise":
         flops = _positive_int(d, "flops", where, allow_zero=True) if "flops" in d else 0
-        return ElementwiseOp(_positive_int(d, "bytes", where), flops)
+        inputs = check_inputs(_integral(d["inputs"]), f"{where}inputs") if "inputs" in d else 1
+        return ElementwiseOp(_positive_int(d, "bytes", where), flops, inputs)
     raise SimgpuError(f"unknown op {kind!r}", field=f"{where}op", allowed=list(OP_KINDS))
 
 
@@ -88,4 +119,4 @@ def op_to_dict(op: Op) -> dict:
         return {"op": "gemm", "m": op.m, "n": op.n, "k": op.k, "dtype": op.dtype}
     if isinstance(op, CopyOp):
         return {"op": "copy", "bytes": op.bytes}
-    return {"op": "elementwise", "bytes": op.bytes, "flops": op.flops}
+    return {"op": "elementwise", "bytes": op.bytes, "flops": op.flops, "inputs": op.inputs}

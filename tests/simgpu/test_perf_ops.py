@@ -14,7 +14,8 @@ json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats
 
 
 @settings(deadline=None)
-@given(st.dictionaries(st.sampled_from(["op", "m", "n", "k", "dtype", "bytes", "flops", "x"]), json_values, max_size=7))
+@given(st.dictionaries(st.sampled_from(["op", "m", "n", "k", "dtype", "bytes", "flops", "inputs", "x"]), json_values,
+                      max_size=8))
 def test_any_dict_parses_or_raises_a_field_error(d):
     try:
         op = parse_op(d)
@@ -41,6 +42,8 @@ def test_valid_gemms_round_trip(m, n, k, dtype):
     ({"op": "gemm", "m": 1, "n": 1, "k": 1, "dtype": "fp64"}, "dtype"),
     ({"op": "copy", "bytes": 0}, "bytes"),
     ({"op": "elementwise", "bytes": 8, "flops": -1}, "flops"),
+    ({"op": "elementwise", "bytes": 8, "inputs": 0}, "inputs"),
+    ({"op": "elementwise", "bytes": 8, "inputs": 9}, "inputs"),
     ({"op": "conv"}, "op"),
     ({}, "op"),
 ])
@@ -53,3 +56,4 @@ def test_bad_ops_name_the_field(d, field):
 
 def test_integral_floats_are_accepted():
     assert parse_op({"op": "copy", "bytes": 1e9}) == CopyOp(10**9)
+    assert parse_op({"op": "elementwise", "bytes": 8, "inputs": 2.0}) == ElementwiseOp(8, 0, inputs=2)
