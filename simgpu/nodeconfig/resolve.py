@@ -1,268 +1,25 @@
-"""The node configuration: one versioned YAML file that says which emulated GPUs a node has and how they are
-shared. Read by the device plugin (what to advertise) and the node daemon (what to emulate).
-
-In the spirit of NVIDIA's k8s-device-plugin config (peers.md section 5): `version: v1`, and NVIDIA's
-`sharing.timeSlicing|mps.{renameByDefault, failRequestsGreaterThanOne, resources[{name, rename, replicas,
-devices}]}` block is accepted as is (`devices`: all, a count, or a list of indices / MIG indices / UUIDs; what is
-left out stays whole, as in NVIDIA's device map). fgpu adds per-GPU sharing modes, MIG layouts, fractional sharing, memory-quota mode and
-time dilation. See docs/deviceplugin.md for the reference and deploy/examples/node-config/ for examples.
-
-Pure: no Kubernetes, no gRPC. Every error is a SimgpuError naming the field (e.g. ``gpus[0].model``).
-"""
+"""Cross-field rules of the node config and what each GPU ends up as: MIG placements, sharing mode and replicas
+after `sharing.<mode>.resources[].devices` selections (NVIDIA's device map: what no entry selects stays whole).
+Every error is a SimgpuError naming the field."""
 from __future__ import annotations
 
-import os
-import re
-import socket
-import uuid
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Literal
-
-import pydantic
-import yaml
-from pydantic.alias_generators import to_camel
 
 from simgpu.errors import SimgpuError
 
-SharingMode = Literal["exclusive", "timeSlicing", "mps", "fractional"]
-SHARING_MODES: tuple[str, ...] = ("exclusive", "timeSlicing", "mps", "fractional")
-GPU_RESOURCE = "nvidia.com/gpu"
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
-DEFAULT_TOKEN_SECRET_FILE = "/etc/fgpu/token-secret"
-# Namespace for uuid5-derived device UUIDs: fixed forever, so a node's UUIDs never change across restarts.
-_UUID_NAMESPACE = uuid.UUID("6d1f3c1e-7c0a-5b8e-9a55-0f6d2b8f4a11")
-
-
-class _Model(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(
-        extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True
-    )
-
-
-# --- NVIDIA's sharing schema ------------------------------------------------------------------------------
-DeviceRef = int | str  # a GPU index, "<gpu>:<mig>" (a MIG device by position), "GPU-<uuid>" or "MIG-<uuid>"
-DEVICES_ALLOWED = ["all", "a count N >= 1 (the first N devices)",
-                   "a list of GPU indices, '<gpu>:<mig>' MIG indices, GPU-<uuid> or MIG-<uuid>"]
-_MIG_INDEX = re.compile(r"(\d+):(\d+)")
-
-
-def _device_ref(item: object, k: int) -> DeviceRef:
-    """One list entry of `devices`, in canonical form (NVIDIA's ReplicaDeviceRef forms; fgpu checks them)."""
-    if isinstance(item, bool) or not isinstance(item, int | str):
-        raise ValueError(f"item {k}: {item!r} is not a GPU index, MIG index or UUID")
-    if isinstance(item, int) or item.isdecimal():
-        if int(item) < 0:
-            raise ValueError(f"item {k}: a GPU index is >= 0, not {item}")
-        return int(item)
-    if m := _MIG_INDEX.fullmatch(item):
-        return f"{int(m[1])}:{int(m[2])}"
-    prefix = item[:4].upper()
-    if prefix in ("GPU-", "MIG-"):
-        try:
-            return f"{prefix}{uuid.UUID(item[4:])}"
-        except ValueError:
-            pass
-    raise ValueError(f"item {k}: {item!r} is not a GPU index, '<gpu>:<mig>' MIG index, GPU-<uuid> or MIG-<uuid>")
-
-
-def _devices(value: object) -> str | int | tuple[DeviceRef, ...]:
-    if value == "all":
-        return "all"
-    if isinstance(value, bool) or not isinstance(value, int | list | tuple):
-        raise SimgpuError(f"{value!r} is not a device selection", allowed=DEVICES_ALLOWED)
-    if isinstance(value, int):
-        if value < 1:
-            raise SimgpuError(f"a device count is >= 1, not {value}", allowed=DEVICES_ALLOWED)
-        return value
-    if not value:
-        raise SimgpuError("an empty list selects no device; leave the resource out instead",
-                          allowed=DEVICES_ALLOWED)
-    refs = tuple(_device_ref(item, k) for k, item in enumerate(value))
-    dupes = sorted({str(r) for r in refs if refs.count(r) > 1})
-    if dupes:
-        raise ValueError(f"listed twice: {', '.join(dupes)}")
-    return refs
-
-
-class ReplicatedResource(_Model):
-    """One entry of NVIDIA's `sharing.<mode>.resources`: advertise `replicas` devices per device of `name`.
-    `devices` selects which ones (NVIDIA's schema: all, a count, or a list); devices of `name` left out stay
-    whole, under `name` (NVIDIA's rule, internal/rm/device_map.go)."""
-
-    name: str = pydantic.Field(min_length=1)
-    rename: str | None = None
-    replicas: int = pydantic.Field(ge=1)
-    devices: Literal["all"] | int | tuple[DeviceRef, ...] = "all"
-
-    @pydantic.field_validator("devices", mode="before")
-    @classmethod
-    def _parse_devices(cls, value: object) -> object:
-        return _devices(value)
-
-    @property
-    def selects_all(self) -> bool:
-        return self.devices == "all"
-
-
-class ReplicatedSharing(_Model):
-    rename_by_default: bool = False
-    fail_requests_greater_than_one: bool = False
-    resources: list[ReplicatedResource] = pydantic.Field(min_length=1)
-
-    @pydantic.field_validator("resources")
-    @classmethod
-    def _unique_names(cls, value: list[ReplicatedResource]) -> list[ReplicatedResource]:
-        names = [r.name for r in value]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"resource listed twice: {', '.join(dupes)}")
-        return value
-
-    def entry(self, resource: str) -> ReplicatedResource | None:
-        return next((r for r in self.resources if r.name == resource), None)
-
-    def advertised_name(self, resource: str) -> str:
-        """NVIDIA's rule: an explicit rename wins, else `<name>.shared` under renameByDefault."""
-        entry = self.entry(resource)
-        if entry is not None and entry.rename:
-            return entry.rename
-        return f"{resource}.shared" if self.rename_by_default else resource
-
-
-class Sharing(_Model):
-    time_slicing: ReplicatedSharing | None = None
-    mps: ReplicatedSharing | None = None
-
-    @pydantic.model_validator(mode="after")
-    def _one_mode(self) -> Sharing:
-        if self.time_slicing is not None and self.mps is not None:
-            raise ValueError("timeSlicing and mps are mutually exclusive at node level (as in NVIDIA's plugin);"
-                             " set `sharing` per GPU group instead")
-        return self
-
-
-# --- fgpu additions ---------------------------------------------------------------------------------------
-class FractionalResources(_Model):
-    """Resource names of fgpu's fractional mode; defaults are HAMi's (peers.md section (c))."""
-
-    gpu: str = GPU_RESOURCE  # device-plugin resource: vGPU slots, `splitCount` per physical GPU
-    memory: str = "nvidia.com/gpumem"  # node-level extended resource, MiB
-    cores: str = "nvidia.com/gpucores"  # node-level extended resource, percent per GPU (100 each)
-
-
-class Fractional(_Model):
-    resources: FractionalResources = FractionalResources()
-    split_count: int = pydantic.Field(default=10, ge=1, le=1000)  # HAMi's deviceSplitCount
-
-
-class MigConfig(_Model):
-    mode: Literal["enabled", "disabled"] = "enabled"
-    # Profiles to create, e.g. ["3g.40gb", "4g.40gb"], or "all-<profile>" (as mig-parted's all-1g.10gb).
-    layout: list[str] | str = []
-
-
-class GpuGroup(_Model):
-    model: str
-    count: int = pydantic.Field(default=1, ge=1, le=64)
-    sharing: SharingMode | None = None  # default: the node-level NVIDIA sharing block's mode, else exclusive
-    replicas: int | None = pydantic.Field(default=None, ge=1)  # overrides sharing.<mode>.resources replicas
-    mig: MigConfig | None = None
-
-    @pydantic.field_validator("model")
-    @classmethod
-    def _known_model(cls, value: str) -> str:
-        from simgpu.catalog import get_gpu
-
-        return get_gpu(value).name  # SimgpuError is a ValueError: pydantic reports it at gpus[i].model
-
-    @property
-    def mig_enabled(self) -> bool:
-        return self.mig is not None and self.mig.mode == "enabled"
-
-
-# --- the resolved view: concrete devices with UUIDs ---------------------------------------------------------
-@dataclass(frozen=True)
-class MigInstance:
-    uuid: str
-    profile: str  # "1g.10gb"
-    start: int  # first memory slice of its placement
-    sms: int
-    mem_bytes: int
-    replicas: int = 1  # > 1: time-sliced, per sharing.timeSlicing.resources (or the GPU group's replicas)
-
-
-@dataclass(frozen=True)
-class GpuDevice:
-    index: int  # node-wide, in config order
-    uuid: str  # "GPU-<uuid5>"
-    model: str  # canonical catalog name
-    sharing: str  # one of SHARING_MODES
-    replicas: int  # 1 unless timeSlicing / mps
-    mig: tuple[MigInstance, ...] = ()
-
-    @property
-    def spec(self):  # -> simgpu.catalog.GPUSpec
-        from simgpu.catalog import get_gpu
-
-        return get_gpu(self.model)
-
-
-def mig_resource_name(profile: str) -> str:
-    """`nvidia.com/mig-<profile>`; "+" (media-extension profiles such as 1g.10gb+me) is not allowed in a
-    resource name, so it becomes "." (nvidia.com/mig-1g.10gb.me)."""
-    return f"{MIG_RESOURCE_PREFIX}{profile.replace('+', '.')}"
-
-
-def gpu_uuid(node_name: str, index: int) -> str:
-    return f"GPU-{uuid.uuid5(_UUID_NAMESPACE, f'{node_name}/gpu/{index}')}"
-
-
-def mig_uuid(node_name: str, gpu_index: int, profile: str, start: int) -> str:
-    return f"MIG-{uuid.uuid5(_UUID_NAMESPACE, f'{node_name}/gpu/{gpu_index}/mig/{profile}@{start}')}"
-
-
-class NodeConfig(_Model):
-    version: Literal["v1"]
-    node_name: str | None = None  # optional; else --node-name / $NODE_NAME / hostname (resolve_node_name)
-    gpus: list[GpuGroup] = pydantic.Field(min_length=1)
-    mig_strategy: Literal["none", "single", "mixed"] | None = None  # default: mixed if any MIG GPU, else none
-    memory_quota: Literal["hard", "oversubscribe"] = "hard"
-    time_dilation: float = pydantic.Field(default=1.0, ge=1e-3)
-    token_secret_file: str = DEFAULT_TOKEN_SECRET_FILE
-    state_dir: str | None = None  # the device plugin's state (allocation journal); see deviceplugin/statedir.py
-    sharing: Sharing = Sharing()
-    fractional: Fractional = Fractional()
-
-    @pydantic.model_validator(mode="after")
-    def _consistent(self) -> NodeConfig:
-        _check_groups(self)
-        return self
-
-    # -- derived values --
-    @property
-    def effective_mig_strategy(self) -> str:
-        if self.mig_strategy is not None:
-            return self.mig_strategy
-        return "mixed" if any(g.mig_enabled for g in self.gpus) else "none"
-
-    def sharing_mode(self, group: GpuGroup) -> str:
-        if group.sharing is not None:
-            return group.sharing
-        if self.sharing.time_slicing is not None:
-            return "timeSlicing"
-        if self.sharing.mps is not None:
-            return "mps"
-        return "exclusive"
-
-    def replicated(self, mode: str) -> ReplicatedSharing | None:
-        return {"timeSlicing": self.sharing.time_slicing, "mps": self.sharing.mps}.get(mode)
-
-    def gpu_devices(self, node_name: str) -> list[GpuDevice]:
-        """The node's GPUs with stable UUIDs (uuid5 of node name + index), their MIG instances, and the sharing
-        mode and replicas each one ends up with once `sharing.<mode>.resources[].devices` is applied. A device
-        UUID that is not on this node is a SimgpuError naming the `devices` field."""
-        return _resolve(self, node_name)
+from .schema import (
+    GPU_RESOURCE,
+    MIG_RESOURCE_PREFIX,
+    DeviceRef,
+    GpuDevice,
+    GpuGroup,
+    MigInstance,
+    NodeConfig,
+    ReplicatedResource,
+    gpu_uuid,
+    mig_resource_name,
+    mig_uuid,
+)
 
 
 def _replicas(cfg: NodeConfig, group: GpuGroup, mode: str) -> int:
@@ -316,7 +73,7 @@ def _mig_placements(group: GpuGroup, field: str) -> list[_Placed]:
     return out
 
 
-def _check_groups(cfg: NodeConfig) -> None:
+def check_groups(cfg: NodeConfig) -> None:
     """Cross-field rules that pydantic field types cannot express; messages name the field."""
     from simgpu.catalog import get_gpu
 
@@ -357,7 +114,7 @@ def _check_groups(cfg: NodeConfig) -> None:
     if strategy == "single" and any_mig and (not all_mig or len(mig_profiles) > 1):
         raise SimgpuError("the single strategy needs every GPU MIG-enabled with one profile "
                           f"(found {sorted(mig_profiles) or 'none'})", field="migStrategy", allowed=["mixed"])
-    devices = _resolve(cfg, cfg.node_name or "", check_uuids=cfg.node_name is not None)
+    devices = resolve_devices(cfg, cfg.node_name or "", check_uuids=cfg.node_name is not None)
     fractional = any(cfg.sharing_mode(g) == "fractional" for g in cfg.gpus)
     if fractional:
         names = cfg.fractional.resources
@@ -521,7 +278,7 @@ class _Selector:
         return [(i, j)]
 
 
-def _resolve(cfg: NodeConfig, node_name: str, check_uuids: bool = True) -> list[GpuDevice]:
+def resolve_devices(cfg: NodeConfig, node_name: str, check_uuids: bool = True) -> list[GpuDevice]:
     """Each GPU's sharing mode and replicas (and each MIG device's), after applying `devices` selections."""
     layout = _layout(cfg)
     mode_b = _block_mode(cfg)
@@ -581,66 +338,4 @@ def _resolve(cfg: NodeConfig, node_name: str, check_uuids: bool = True) -> list[
                                   f"gpus[{g.group_index}].replicas or {where}", field=f"gpus[{g.group_index}].replicas")
         devices.append(GpuDevice(g.index, gpu_uuid(node_name, g.index), group.model, mode, replicas))
     return devices
-
-
-# --- loading ------------------------------------------------------------------------------------------------
-def _loc(parts: tuple) -> str:
-    text = ""
-    for part in parts:
-        if isinstance(part, int):
-            text += f"[{part}]"
-        else:
-            text += ("." if text else "") + str(part)
-    return text or "(config)"
-
-
-def _first_error(err: pydantic.ValidationError) -> SimgpuError:
-    e = err.errors()[0]
-    loc = _loc(tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-"))))
-    cause = e.get("ctx", {}).get("error")
-    if isinstance(cause, SimgpuError):
-        if loc == "(config)":  # raised by a cross-field check, which names its own field
-            return cause
-        msg = str(cause)
-        prefix = f"{cause.field}: " if cause.field else ""
-        msg = msg.removeprefix(prefix).split(" (allowed: ")[0]
-        return SimgpuError(msg, field=loc, allowed=cause.allowed)
-    msg = e["msg"].removeprefix("Value error, ")
-    allowed = None
-    if e["type"] in ("literal_error", "enum") and "expected" in e.get("ctx", {}):
-        allowed = [a.strip().strip("'") for a in str(e["ctx"]["expected"]).replace(" or ", ",").split(",")]
-        msg = f"{e.get('input')!r} is not allowed"
-    elif e["type"] == "extra_forbidden":
-        msg = "unknown field"
-    return SimgpuError(msg, field=loc, allowed=allowed)
-
-
-def parse_node_config(doc: object) -> NodeConfig:
-    """Validate an already-parsed YAML document."""
-    if not isinstance(doc, dict):
-        raise SimgpuError("the node config must be a YAML mapping", field="(config)")
-    if "version" not in doc:
-        raise SimgpuError("missing", field="version", allowed=["v1"])
-    try:
-        return NodeConfig.model_validate(doc)
-    except pydantic.ValidationError as err:
-        raise _first_error(err) from None
-
-
-def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
-    try:
-        text = Path(path).read_text()
-    except OSError as err:
-        raise SimgpuError(f"cannot read {path}: {err.strerror}", field="--config") from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise SimgpuError(f"{path} is not valid YAML: {err}", field="--config") from None
-    return parse_node_config(doc)
-
-
-def resolve_node_name(cfg: NodeConfig, explicit: str | None = None) -> str:
-    """The node name used for UUIDs: --node-name, else the config's nodeName, else $NODE_NAME, else hostname.
-    The device plugin and the daemon must agree, so both call this."""
-    return explicit or cfg.node_name or os.environ.get("NODE_NAME") or socket.gethostname()
 
