@@ -20,7 +20,7 @@ install: $(STAMP)
 
 ## The main job on the bundled default: replay the Alibaba openb trace through every policy.
 demo: $(STAMP)
-	$(VENV)/bin/fgpu simulate --policy all --plot out/simulate.png
+	$(VENV)/bin/fgpu simulate --policy all --ceiling --plot out/simulate.png
 
 ## Build (or reuse from $(FGPU_CACHE)) the control plane; the last line printed is its directory.
 testbin:
