@@ -108,7 +108,8 @@ def _cases(meas: dict) -> list[tuple[str, str, object, float]]:
     if "copy_GBps_rw" in bw:
         cases.append(("copy", "copy 4 GiB", CopyOp(COPY_BYTES), 2 * COPY_BYTES / (bw["copy_GBps_rw"] * 1e9)))
     if "add_GBps_rw" in bw:
-        cases.append(("copy", "add 3x4 GiB", ElementwiseOp(3 * COPY_BYTES, COPY_BYTES // 4),
+        # measure.py's add is torch.add(x, y, out=z): two inputs read, one output written (3 x 4 GiB)
+        cases.append(("copy", "add 3x4 GiB", ElementwiseOp(3 * COPY_BYTES, COPY_BYTES // 4, inputs=2),
                       3 * COPY_BYTES / (bw["add_GBps_rw"] * 1e9)))
     ts = meas.get("timeslice", {})
     for name, kind in (("gemm_x1", "gemm"), ("stream_x1", "stream"), ("small_x1", "gemm_small")):

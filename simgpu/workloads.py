@@ -29,7 +29,11 @@ class Workload:
 
 
 def transformer(hidden: int = 4096, tokens: int = 4096, dtype: str = "bf16") -> Workload:
-    """One transformer block's forward pass on `tokens` tokens (attention as two GEMMs over the sequence)."""
+    """One transformer block's forward pass on `tokens` tokens (attention as two GEMMs over the sequence).
+
+    Elementwise bytes are DRAM reads + writes: layer norm, softmax and GELU read one tensor and write
+    one; the residual adds read two activations and write one (3 x act, `inputs=2`, which is what
+    sets how much DRAM they take next to another MPS client)."""
     h, t, b = hidden, tokens, 2  # bf16/fp16 bytes per element
     act = t * h * b
     ops: list[Op] = [
@@ -39,12 +43,12 @@ def transformer(hidden: int = 4096, tokens: int = 4096, dtype: str = "bf16") -> 
         ElementwiseOp(bytes=2 * t * t * b, flops=5 * t * t),  # softmax
         GemmOp(t, h, t, dtype),  # attention x values
         GemmOp(t, h, h, dtype),  # output projection
-        ElementwiseOp(bytes=3 * act),  # residual add
+        ElementwiseOp(bytes=3 * act, inputs=2),  # residual add: read x and the branch output, write x
         ElementwiseOp(bytes=2 * act, flops=8 * t * h),  # layer norm
         GemmOp(t, 4 * h, h, dtype),  # MLP up
         ElementwiseOp(bytes=8 * act, flops=8 * t * 4 * h),  # GELU
         GemmOp(t, h, 4 * h, dtype),  # MLP down
-        ElementwiseOp(bytes=3 * act),  # residual add
+        ElementwiseOp(bytes=3 * act, inputs=2),  # residual add: read x and the branch output, write x
     ]
     weights = 12 * h * h * b
     return Workload("transformer", tuple(ops), weights + 16 * act + t * t * b)

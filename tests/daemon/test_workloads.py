@@ -3,7 +3,7 @@ import pytest
 
 from simgpu.catalog import get_gpu
 from simgpu.errors import SimgpuError
-from simgpu.perf import GemmOp, op_cost
+from simgpu.perf import ElementwiseOp, GemmOp, op_cost
 from simgpu.workloads import WORKLOADS, get_workload, pick_dtype, resnet, transformer
 
 
@@ -25,6 +25,14 @@ def test_every_workload_runs_on_tensor_core_gpus(name, gpu):
     assert seconds > 0
     if work.flops:
         assert work.flops / seconds < spec.peak_flops("fp16") * 1.05  # never faster than the hardware
+
+
+def test_transformer_residual_adds_read_two_activations():
+    h, t = 1024, 512
+    elementwise = [op for op in transformer(hidden=h, tokens=t).ops if isinstance(op, ElementwiseOp)]
+    adds = [op for op in elementwise if op.inputs == 2]
+    assert len(adds) == 2 and all(op.bytes == 3 * t * h * 2 for op in adds)  # x + branch -> x, bf16
+    assert all(op.inputs == 1 for op in elementwise if op not in adds)  # norms, softmax, GELU: one tensor in
 
 
 def test_resnet_is_a_mix_of_compute_and_memory_bound_kernels():

@@ -25,7 +25,7 @@ def synthetic(gpu, params) -> dict:
     gemm = [{"m": m, "n": n, "k": k, "dtype": "bf16", "s": op_cost(fitted, GemmOp(m, n, k, "bf16")).seconds}
             for m, n, k in SHAPES]
     copy = op_cost(fitted, CopyOp(4 * 2**30)).seconds
-    add = op_cost(fitted, ElementwiseOp(3 * 4 * 2**30, 2**30)).seconds
+    add = op_cost(fitted, ElementwiseOp(3 * 4 * 2**30, 2**30, inputs=2)).seconds  # torch.add(x, y, out=z)
 
     def loop(kind: str, pct: int | None = None, mode: str = "mps") -> list[dict]:
         rate = colocate(fitted, mode, [ClientLoad(LOOP_OPS[kind], pct)])[0]
@@ -72,6 +72,24 @@ def test_fit_recovers_identifiable_constants(fitted, truth):
     assert params.dram_efficiency == pytest.approx(truth.dram_efficiency, rel=0.03)
     assert params.sm_bandwidth_bytes_per_s == pytest.approx(truth.sm_bandwidth_bytes_per_s, rel=0.15)
     assert params.floor("bf16") == pytest.approx(45e-6, rel=0.05)
+
+
+@pytest.mark.parametrize("profile, measurements", [
+    ("h100-sxm5-80gb.yaml", "h100_measured_2.json"),  # fitted end to end by `simgpu calibrate`
+    ("h200-sxm-141gb.yaml", "h200_measured.json"),  # refitted --from-measurements
+])
+def test_committed_profiles_still_fit_their_copy_and_add(profile, measurements):
+    """The add is fitted as the 2-input op it is; the committed profiles (fitted when it counted as 1)
+    must still describe their own copy/add bandwidths within the error their fit recorded -- better, in
+    fact: both GPUs measured the add faster than the copy, which a 1-input add can never be."""
+    root = Path(__file__).resolve().parents[2]
+    path = root / "bench" / "data" / measurements
+    if not path.is_file():
+        pytest.skip(f"{path} not present")
+    recorded = yaml.safe_load((root / "simgpu" / "profiles" / profile).read_text())["fit"]["after"]["copy"]
+    now = evaluate(load_gpu(str(root / "simgpu" / "profiles" / profile)), json.loads(path.read_text()))["copy"]
+    assert now["n"] == recorded["n"] == 2
+    assert now["max_abs_error"] < recorded["max_abs_error"]
 
 
 def test_fit_needs_gemm_measurements():

@@ -117,7 +117,7 @@ def test_copy_is_bandwidth_bound():
     tiny = op_cost(H100, CopyOp(1))
     assert tiny.seconds == pytest.approx(op_cost(H100, CopyOp(10**5)).seconds, rel=0.05)  # latency-bound
     assert tiny.seconds >= params_for(H100).floor("copy") and tiny.kernel_seconds >= params_for(H100).launch_s
-    ew = op_cost(H100, ElementwiseOp(3 * 4 * 2**30, 2**30))
+    ew = op_cost(H100, ElementwiseOp(3 * 4 * 2**30, 2**30, inputs=2))  # z = x + y: 3 tensors of 4 GiB
     assert ew.seconds == pytest.approx(cost.seconds * 1.5, rel=0.05)
 
 
