@@ -76,7 +76,8 @@ def op_message(op: Any) -> pb.Op:
     elif isinstance(op, CopyOp):
         msg = pb.Op(kind="copy", bytes=op.bytes)
     elif isinstance(op, ElementwiseOp):
-        msg = pb.Op(kind="elementwise", bytes=op.bytes, flops=op.flops)
+        # always sent; a daemon older than the field ignores it and runs the op as 1 input
+        msg = pb.Op(kind="elementwise", bytes=op.bytes, flops=op.flops, inputs=op.inputs)
     if msg is not None:
         if len(_OP_MESSAGES) > 4096:
             _OP_MESSAGES.clear()

@@ -2,11 +2,14 @@
 
   {"gpu": G, "op": "gemm", "m": M, "n": N, "k": K, "dtype": D, "mps_pct": P?} -> {"seconds", "tflops"}
   {"gpu": G, "op": "copy", "bytes": B}                                      -> {"seconds", "gbps"} (read + write)
-  {"gpu": G, "op": "elementwise", "bytes": B, "flops": F?}                  -> {"seconds", "gbps"}
+  {"gpu": G, "op": "elementwise", "bytes": B, "flops": F?, "inputs": 1..4?} -> {"seconds", "gbps"}
   {"gpu": G, "op": "colocate", "mode": "timeslice"|"mps",
-   "clients": [{"op": {gemm or copy case without "gpu"}, "mps_pct": P?, "batch": N?}, ...]} -> {"rates": [...]}
+   "clients": [{"op": {gemm, copy or elementwise case without "gpu"}, "mps_pct": P?, "batch": N?}, ...]}
+                                                                            -> {"rates": [...]}
 
 G is a catalog name or a profile written by `simgpu calibrate`; --profile/--gpu give it to cases without one.
+An elementwise op's "inputs" (default 1) is the number of tensors it reads (2 for a + b): it sets the
+loads each SM keeps in flight, so how much DRAM the op takes next to MPS co-runners.
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ CASE_OPS = (*OP_KINDS, "colocate")
 KEYS = {
     "gemm": {"gpu", "op", "m", "n", "k", "dtype", "mps_pct"},
     "copy": {"gpu", "op", "bytes"},
-    "elementwise": {"gpu", "op", "bytes", "flops"},
+    "elementwise": {"gpu", "op", "bytes", "flops", "inputs"},
     "colocate": {"gpu", "op", "mode", "clients"},
 }
 CLIENT_KEYS = {"op", "mps_pct", "batch"}

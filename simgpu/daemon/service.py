@@ -80,13 +80,19 @@ class NodeDaemonService(pb_grpc.NodeDaemonServicer):
                 self.runtime.close(ctx)
 
     def _op(self, msg: pb.Op) -> Any:
-        key = (msg.kind, msg.m, msg.n, msg.k, msg.dtype, msg.bytes, msg.flops)
+        inputs = msg.inputs if msg.HasField("inputs") else None  # absent: a sender without the field, 1 input
+        key = (msg.kind, msg.m, msg.n, msg.k, msg.dtype, msg.bytes, msg.flops, inputs)
         op = self._ops.get(key)
         if op is None:
+            if inputs is not None and msg.kind in ("gemm", "copy"):
+                raise SimgpuError(f"got {inputs} on a {msg.kind!r} op", field="inputs",
+                                  allowed=["only on elementwise ops"])
             if msg.kind == "gemm":
                 d = {"op": "gemm", "m": msg.m, "n": msg.n, "k": msg.k, "dtype": msg.dtype or "bf16"}
             elif msg.kind == "elementwise":
                 d = {"op": "elementwise", "bytes": msg.bytes, "flops": msg.flops}
+                if inputs is not None:
+                    d["inputs"] = inputs
             else:
                 d = {"op": msg.kind, "bytes": msg.bytes}
             op = parse_op(d)

@@ -43,7 +43,7 @@ class FaultRequest(_message.Message):
     def __init__(self, uuid: _Optional[str] = ..., xid: _Optional[int] = ...) -> None: ...
 
 class Op(_message.Message):
-    __slots__ = ("kind", "m", "n", "k", "dtype", "bytes", "flops")
+    __slots__ = ("kind", "m", "n", "k", "dtype", "bytes", "flops", "inputs")
     KIND_FIELD_NUMBER: _ClassVar[int]
     M_FIELD_NUMBER: _ClassVar[int]
     N_FIELD_NUMBER: _ClassVar[int]
@@ -51,6 +51,7 @@ class Op(_message.Message):
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     BYTES_FIELD_NUMBER: _ClassVar[int]
     FLOPS_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
     kind: str
     m: int
     n: int
@@ -58,7 +59,8 @@ class Op(_message.Message):
     dtype: str
     bytes: int
     flops: int
-    def __init__(self, kind: _Optional[str] = ..., m: _Optional[int] = ..., n: _Optional[int] = ..., k: _Optional[int] = ..., dtype: _Optional[str] = ..., bytes: _Optional[int] = ..., flops: _Optional[int] = ...) -> None: ...
+    inputs: int
+    def __init__(self, kind: _Optional[str] = ..., m: _Optional[int] = ..., n: _Optional[int] = ..., k: _Optional[int] = ..., dtype: _Optional[str] = ..., bytes: _Optional[int] = ..., flops: _Optional[int] = ..., inputs: _Optional[int] = ...) -> None: ...
 
 class SessionRequest(_message.Message):
     __slots__ = ("id", "open", "malloc", "free", "launch", "synchronize", "usage", "fault")

@@ -16,7 +16,7 @@ from simgpu.catalog import get_gpu
 from simgpu.client import DaemonClient, DaemonError, pb
 from simgpu.device import ContextLostError
 from simgpu.errors import OutOfMemoryError, SimgpuError
-from simgpu.perf import GemmOp
+from simgpu.perf import ElementwiseOp, GemmOp
 from simgpu.token import Grant, issue_token, load_or_create_secret
 
 REPO = Path(__file__).resolve().parents[2]
@@ -158,6 +158,18 @@ def test_bad_requests_get_errors_never_a_crash(daemon, client):
     assert err.value.field == "m"
     ctx.synchronize()  # and only once
     assert daemon.proc.poll() is None
+
+
+def test_elementwise_input_counts_cross_the_wire_and_bad_ones_are_refused(daemon, client):
+    ctx = client.open_context(daemon.token(daemon.gpus[0], mem_limit_bytes=GIB))
+    ctx.launch(ElementwiseOp(2**20, inputs=2))
+    ctx.launch({"op": "elementwise", "bytes": 2**20, "inputs": 4})
+    assert ctx.synchronize().completed == 2
+    ctx.launch(pb.Op(kind="elementwise", bytes=2**20, inputs=7))  # unchecked by the SDK
+    with pytest.raises(DaemonError) as err:
+        ctx.synchronize()
+    assert (err.value.code, err.value.field, err.value.allowed) == ("INVALID_ARGUMENT", "inputs", ["1", "2", "3", "4"])
+    assert ctx.synchronize().completed == 2 and daemon.proc.poll() is None
 
 
 def test_disconnect_frees_the_contexts_memory(daemon):
