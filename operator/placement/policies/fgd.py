@@ -72,19 +72,23 @@ class FgdPolicy(BasePolicy):
             both = self.meter.amount(np.concatenate([cpu, cpu_after]), np.concatenate([left, after_left]),
                                      np.concatenate([model, model]))
             return self.node_scores(both[:n] - both[n:]), np.zeros(n, dtype=np.int64)
+        # A GPU whose room equals an earlier fitting GPU's on the same node gives the same node state (the measure
+        # ignores GPU order), so only the first GPU of each distinct room is tried: the lowest index wins ties.
         width = left.shape[1]
-        trial = left[:, None, :] - milli * np.eye(width, dtype=left.dtype)[None, :, :]  # (n, G, G)
-        both = self.meter.amount(np.concatenate([cpu, np.repeat(cpu_after, width)]),
-                                 np.concatenate([left, trial.reshape(-1, width)]),
-                                 np.concatenate([model, np.repeat(model, width)]))
-        before, after = both[:n], both[n:].reshape(n, width)
-        valid = left >= milli
-        scores = np.where(valid, self.gpu_scores(before[:, None] - after, left, milli), -np.inf)
-        best = np.argmax(scores, axis=1)
-        return scores[np.arange(n), best], best
-
-    def gpu_scores(self, delta: np.ndarray, left: np.ndarray, milli: int) -> np.ndarray:
-        return self.node_scores(delta)
+        candidate = left >= milli
+        for j in range(1, width):
+            candidate[:, j] &= ~(left[:, :j] == left[:, j:j + 1]).any(axis=1)
+        row, gpu = np.nonzero(candidate)  # by node, then GPU index
+        trial = left[row]
+        trial[np.arange(row.size), gpu] -= milli
+        both = self.meter.amount(np.concatenate([cpu, cpu_after[row]]), np.concatenate([left, trial]),
+                                 np.concatenate([model, model[row]]))
+        scores = self.node_scores(both[:n][row] - both[n:])
+        order = np.lexsort((gpu, -scores, row))  # per node: best score first, then the lowest GPU index
+        first = order[np.unique(row[order], return_index=True)[1]]
+        best_score, best_gpu = np.full(n, -np.inf), np.zeros(n, dtype=np.int64)
+        best_score[row[first]], best_gpu[row[first]] = scores[first], gpu[first]
+        return best_score, best_gpu
 
     def choose_gpus(self, request: Request, node: int) -> tuple[int, ...]:
         if request.is_share:
