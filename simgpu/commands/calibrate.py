@@ -109,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
     base = params_for(spec)
     before = evaluate(with_params(spec, base), meas)
     print(f"fitting {spec.name} ({spec.sms} SMs) ...", file=sys.stderr)
-    params, after = fit_params(meas, spec, base, max_nfev=args.max_fit_evals)
+    starts = shipped_params(spec.name)
+    params, after = fit_params(meas, spec, base, max_nfev=args.max_fit_evals, starts=starts)
     where = f"simgpu calibrate on {info.get('device')} (torch {info.get('torch', '?')}, driver {info.get('driver', '?')})"
     if args.from_measurements:
         where += f"; fitted later from the saved measurements ({Path(args.from_measurements).name})"
@@ -121,3 +122,12 @@ def run(args: argparse.Namespace) -> int:
               f"  (architecture defaults: {before[group]['median_abs_error']:.1%})", file=sys.stderr)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
+
+
+def shipped_params(gpu_name: str) -> list:
+    """Constants of the profiles shipped in simgpu/profiles/ for this GPU model: extra starting points for the
+    fit (from the architecture defaults alone it can settle in a worse local minimum)."""
+    from simgpu.profile import load_profile
+
+    folder = Path(__file__).resolve().parent.parent / "profiles"
+    return [prof.perf_params for prof in map(load_profile, sorted(folder.glob("*.yaml"))) if prof.name == gpu_name]

@@ -198,3 +198,21 @@ def test_measured_spec_takes_what_the_device_reports():
                                           "l2_bytes": 62914560, "max_sm_mhz": 1980.0, "power_limit_w": 600.0})
     assert (spec.mem_bytes, spec.l2_bytes, spec.power_w) == (150109880320, 62914560, 600.0)
     assert "NVIDIA H200" in spec.aliases
+
+
+def test_fit_keeps_the_best_of_several_starts(truth):
+    """A start at the true constants ends no worse than the architecture defaults alone (here: exact)."""
+    gpu = get_gpu("H100")
+    meas = synthetic(gpu, truth)
+    _, alone = fit_params(meas, gpu, arch_params("hopper"), max_nfev=2)
+    params, both = fit_params(meas, gpu, arch_params("hopper"), max_nfev=2, starts=[truth])
+    assert alone["copy"]["median_abs_error"] > 0.01  # two iterations from the defaults are not enough
+    for group in both:
+        assert both[group]["max_abs_error"] < 1e-6, (group, both)
+    assert params.dram_efficiency == pytest.approx(truth.dram_efficiency)
+
+
+def test_shipped_profiles_seed_the_fit_of_their_model_only():
+    from simgpu.commands.calibrate import shipped_params
+
+    assert len(shipped_params(get_gpu("H200").name)) == 1 and shipped_params(get_gpu("A100-80GB").name) == []
