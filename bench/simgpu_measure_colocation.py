@@ -94,6 +94,8 @@ def sim_op(name: str) -> dict | None:
 def _bw_worker(name: str, seconds: float, barrier, queue, env: dict) -> None:
     os.environ.update(env)
     import torch
+
+    from simgpu.calibrate_measure import timed_loop
     torch.cuda.init()
     spec = BW_OPS[name]
     if spec["op"] == "gemm":
@@ -124,17 +126,7 @@ def _bw_worker(name: str, seconds: float, barrier, queue, env: dict) -> None:
 
         def op():
             return graph.replay()
-    for _ in range(5):
-        op()
-    torch.cuda.synchronize()
-    barrier.wait()
-    t0, it = time.perf_counter(), 0
-    while time.perf_counter() - t0 < seconds:
-        for _ in range(4):
-            op()
-        torch.cuda.synchronize()
-        it += 4
-    dt = time.perf_counter() - t0
+    it, dt = timed_loop(op, torch.cuda.synchronize, barrier, seconds)
     pct = env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
     queue.put({"kind": name, "op": sim_op(name), "iters": it, "s": dt, "rate_per_s": it / dt,
                "mps_pct": int(pct) if pct else None})

@@ -104,6 +104,23 @@ def measure_bandwidth() -> dict:
     return {"copy_GBps_rw": 2 * 4 * n / t / 1e9, "add_GBps_rw": 3 * 4 * n / t2 / 1e9}
 
 
+def timed_loop(op: Callable[[], object], synchronize: Callable[[], None], barrier, seconds: float,
+               batch: int = 4) -> tuple[int, float]:
+    """A co-location client's loop: warm up, wait for the other clients, then issue `batch` ops and
+    synchronise, for `seconds`. Returns (iterations, elapsed seconds)."""
+    for _ in range(5):
+        op()
+    synchronize()
+    barrier.wait()
+    t0, it = time.perf_counter(), 0
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(batch):
+            op()
+        synchronize()
+        it += batch
+    return it, time.perf_counter() - t0
+
+
 def _worker(kind: str, seconds: float, barrier, queue, env: dict) -> None:
     os.environ.update(env)
     import torch
@@ -123,17 +140,7 @@ def _worker(kind: str, seconds: float, barrier, queue, env: dict) -> None:
 
         def op():
             return y.copy_(x)
-    for _ in range(5):
-        op()
-    torch.cuda.synchronize()
-    barrier.wait()
-    t0, it = time.perf_counter(), 0
-    while time.perf_counter() - t0 < seconds:
-        for _ in range(4):
-            op()
-        torch.cuda.synchronize()
-        it += 4
-    dt = time.perf_counter() - t0
+    it, dt = timed_loop(op, torch.cuda.synchronize, barrier, seconds)
     pct = env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
     queue.put({"kind": kind, "iters": it, "s": dt, "rate_per_s": it / dt, "work_per_s": work * it / dt,
                "mps_pct": int(pct) if pct else None})

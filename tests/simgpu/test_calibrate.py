@@ -216,3 +216,16 @@ def test_shipped_profiles_seed_the_fit_of_their_model_only():
     from simgpu.commands.calibrate import shipped_params
 
     assert len(shipped_params(get_gpu("H200").name)) == 1 and shipped_params(get_gpu("A100-80GB").name) == []
+
+
+def test_timed_loop_warms_up_waits_and_counts_whole_batches():
+    import threading
+
+    from simgpu.calibrate_measure import timed_loop
+
+    calls, syncs = [], []
+    barrier = threading.Barrier(1, action=lambda: calls.append("barrier"))
+    it, seconds = timed_loop(lambda: calls.append("op"), lambda: syncs.append(1), barrier, 0.02, batch=3)
+    assert calls[:6] == ["op"] * 5 + ["barrier"]  # warm-up, then everyone starts together
+    assert it > 0 and it % 3 == 0 and calls.count("op") == it + 5 and len(syncs) == it // 3 + 1
+    assert seconds >= 0.02
