@@ -50,10 +50,15 @@ class FgdPolicy(BasePolicy):
         """FGD's quantised score of a fragment change (positive delta = fragmentation reduced)."""
         return np.floor(1.0 / (1.0 + np.exp(-delta / 1000.0)) * MAX_NODE_SCORE)
 
+    def cache_key(self, request: Request) -> tuple:
+        """What a node's score depends on besides the node's own state."""
+        return request.spec
+
     def score(self, request: Request, feasible: np.ndarray) -> np.ndarray:
-        cache = self.caches.get(request.spec)
+        key = self.cache_key(request)
+        cache = self.caches.get(key)
         if cache is None:
-            cache = self.caches[request.spec] = ShapeCache(self.cluster.size)
+            cache = self.caches[key] = ShapeCache(self.cluster.size)
         stale = np.flatnonzero(feasible & (cache.version != self.cluster.version))
         if stale.size:
             cache.score[stale], cache.gpu[stale] = self.evaluate(request, stale)
@@ -92,7 +97,7 @@ class FgdPolicy(BasePolicy):
 
     def choose_gpus(self, request: Request, node: int) -> tuple[int, ...]:
         if request.is_share:
-            return (int(self.caches[request.spec].gpu[node]),)
+            return (int(self.caches[self.cache_key(request)].gpu[node]),)
         return super().choose_gpus(request, node)
 
 

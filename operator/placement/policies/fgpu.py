@@ -67,20 +67,22 @@ class FgpuPolicy(FgdPolicy):
         #: Steer GPU pods away from stranding only while the cluster has the CPU the workload asks for.
         self.protect_gpus = cpu_demand_per_gpu(self.workload) <= cluster_cpu_per_gpu
 
-    def score(self, request: Request, feasible: np.ndarray) -> np.ndarray:
-        fgd = super().score(request, feasible)
+    def cache_key(self, request: Request) -> tuple:
+        return (request.spec, request.cpu_milli)  # stranding reads the CPU asked, spec rounds 0 up to 100
+
+    def evaluate(self, request: Request, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """FGD's score with the charges below; everything depends on the node's own state only, so FGD's
+        per-node cache holds it."""
+        fgd, gpus = super().evaluate(request, nodes)
         c = self.cluster
         if request.wants_gpu:
             if not self.protect_gpus:
-                return fgd * _STEP
-            nodes = np.flatnonzero(feasible)  # only feasible entries are read
+                return fgd * _STEP, gpus
             cpu, idle = c.cpu_left[nodes], c.gpu_left_total[nodes]
             before = stranded_gpu_milli(cpu, idle, self.cpu_per_gpu)
             after = stranded_gpu_milli(cpu - request.cpu_milli, idle - request.total_gpu_milli, self.cpu_per_gpu)
             newly = np.clip(np.round((after - before) / _STRAND_QUANTUM), 0, _MAX_COUNTED_GPUS * 10 - 1)
-            out = fgd * _STEP
-            out[nodes] -= newly * (_POINTS_PER_STRANDED_TENTH * _STEP)
-            return out
-        idle_gpus = np.minimum((c.gpu_left == MILLI).sum(axis=1), _MAX_COUNTED_GPUS)
-        in_use = (c.gpu_left_total < c.gpu_count * MILLI) | (c.cpu_left < c.cpu_cap)
-        return fgd * _STEP + (_MAX_COUNTED_GPUS - idle_gpus) * 2.0 + in_use
+            return fgd * _STEP - newly * (_POINTS_PER_STRANDED_TENTH * _STEP), gpus
+        idle_gpus = np.minimum((c.gpu_left[nodes] == MILLI).sum(axis=1), _MAX_COUNTED_GPUS)
+        in_use = (c.gpu_left_total[nodes] < c.gpu_count[nodes] * MILLI) | (c.cpu_left[nodes] < c.cpu_cap[nodes])
+        return fgd * _STEP + (_MAX_COUNTED_GPUS - idle_gpus) * 2.0 + in_use, gpus
