@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from simgpu.errors import SimgpuError
-from simgpu.perf.cost import check_dtype, gemm_at_power, mps_visible_sms
+from simgpu.perf.cost import check_dtype, gemm_at_power, mps_visible_sms, stream_kernel
 from simgpu.perf.gemm import gemm_time
-from simgpu.perf.memory import SOFTMIN_P, bandwidth, inflight_per_sm
+from simgpu.perf.memory import SOFTMIN_P, inflight_per_sm
 from simgpu.perf.ops import CopyOp, ElementwiseOp, GemmOp, Op
 from simgpu.perf.params import PerfParams, params_for
 from simgpu.perf.power import clock_mhz
@@ -94,7 +94,7 @@ def _solo_kernel(gpu, params: PerfParams, op: Op, sms: int | None = None) -> flo
     n = sms or gpu.sms
     if isinstance(op, GemmOp):
         return gemm_at_power(gpu, params, op, n, sustained=True)[0].seconds
-    return _stream_profile(gpu, params, op, n)[2]
+    return stream_kernel(gpu, params, op, n).seconds
 
 
 def _timeslice(gpu, params: PerfParams, clients: list[ClientLoad]) -> list[float]:
@@ -111,7 +111,7 @@ def _timeslice(gpu, params: PerfParams, clients: list[ClientLoad]) -> list[float
                 kernel.append(g.seconds)
                 demand.append(params.power(c.op.dtype) * min(1.0, g.compute_s / g.seconds))
             else:
-                kernel.append(_stream_profile(gpu, params, c.op, gpu.sms)[2])
+                kernel.append(stream_kernel(gpu, params, c.op, gpu.sms).seconds)
                 demand.append(0.0)
         rates = _timeslice_at(gpu, params, clients, kernel)
         average = sum(r * k * d for r, k, d in zip(rates, kernel, demand, strict=True))
@@ -184,16 +184,6 @@ def _next_ready(ready: list[float], cur: int, t: float, include_self: bool = Fal
 
 # ---------------------------------------------------------------- MPS
 
-def _stream_profile(gpu, params: PerfParams, op: CopyOp | ElementwiseOp, sms: int) -> tuple[float, float, float]:
-    """(compute seconds, DRAM bytes, seconds alone on `sms` SMs) of a bandwidth-bound kernel."""
-    moved = 2.0 * op.bytes if isinstance(op, CopyOp) else float(op.bytes)
-    flops = 0.0 if isinstance(op, CopyOp) else float(op.flops)
-    compute = flops / (sms * gpu.fp32_flops_per_clk_per_sm * gpu.boost_mhz * 1e6)
-    bw = bandwidth(gpu.mem_bw_bytes_per_s, params.dram_efficiency, sms,
-                   inflight_per_sm(op, params.sm_bandwidth_bytes_per_s))
-    return compute, moved, params.launch_s + max(compute, moved / bw)
-
-
 class _Profiles:
     """Memoised (compute s, DRAM bytes, seconds, power weight, CTAs) of each op on n SMs at a clock."""
 
@@ -209,7 +199,7 @@ class _Profiles:
                 weight = self.params.power(op.dtype) * min(1.0, g.compute_s / g.seconds)
                 hit = (g.compute_s, g.dram_bytes, g.seconds, weight, float(g.ctas))
             else:
-                compute, moved, seconds = _stream_profile(self.gpu, self.params, op, sms)
+                seconds, moved, _, compute = stream_kernel(self.gpu, self.params, op, sms)
                 hit = (compute, moved, seconds, 0.0, math.inf)  # many short CTAs: takes what it is given
             self.memo[key] = hit
         return hit

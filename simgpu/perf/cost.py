@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from simgpu.errors import SimgpuError
 from simgpu.perf.gemm import GemmTime, flops_per_clk_per_sm, gemm_time
@@ -67,17 +68,27 @@ def kernel_seconds(gpu, op: Op, sms: int | None = None, *, sustained: bool = Tru
     if isinstance(op, GemmOp):
         check_dtype(gpu, op.dtype)
         return gemm_at_power(gpu, params, op, n, sustained=sustained)[0].seconds
-    return _stream(gpu, params, op, n)[0]
+    return stream_kernel(gpu, params, op, n).seconds
 
 
-def _stream(gpu, params: PerfParams, op: CopyOp | ElementwiseOp, sms: int) -> tuple[float, float, float]:
-    """(seconds, dram bytes, flops) of a bandwidth-bound kernel."""
+class StreamKernel(NamedTuple):
+    """A bandwidth-bound kernel (copy or elementwise) alone on some SMs at the boost clock."""
+
+    seconds: float
+    dram_bytes: float
+    flops: float
+    compute_s: float  # its arithmetic alone (it overlaps the memory traffic)
+
+
+def stream_kernel(gpu, params: PerfParams, op: CopyOp | ElementwiseOp, sms: int) -> StreamKernel:
+    """Time of a bandwidth-bound kernel on `sms` SMs: the slower of its DRAM traffic (at what those SMs
+    can keep in flight) and its arithmetic, plus a launch."""
     moved = 2.0 * op.bytes if isinstance(op, CopyOp) else float(op.bytes)
     flops = 0.0 if isinstance(op, CopyOp) else float(op.flops)
     bw = bandwidth(gpu.mem_bw_bytes_per_s, params.dram_efficiency, sms,
                    inflight_per_sm(op, params.sm_bandwidth_bytes_per_s))
     compute = flops / (sms * gpu.fp32_flops_per_clk_per_sm * gpu.boost_mhz * 1e6)
-    return params.launch_s + max(moved / bw, compute), moved, flops
+    return StreamKernel(params.launch_s + max(moved / bw, compute), moved, flops, compute)
 
 
 def event_timed(params: PerfParams, key: str, kernel: float) -> float:
@@ -104,7 +115,7 @@ def op_cost(gpu, op: Op, sm_count: int | None = None) -> OpCost:
                       dram_active=min(1.0, t.dram_bytes / (gpu.mem_bw_bytes_per_s * seconds)),
                       kernel_seconds=t.seconds, mhz=mhz)
     if isinstance(op, CopyOp | ElementwiseOp):
-        kernel, moved, flops = _stream(gpu, params, op, n)
+        kernel, moved, flops, _ = stream_kernel(gpu, params, op, n)
         seconds = event_timed(params, "copy", kernel)
         return OpCost(seconds=seconds, flops=flops, dram_bytes=moved, sm_active=share * kernel / seconds,
                       tensor_active=0.0, dram_active=min(1.0, moved / (gpu.mem_bw_bytes_per_s * seconds)),
