@@ -18,8 +18,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from deviceplugin.resources import Resource, gpu_slots, mig_resource_name, node_level_resources
-from simgpu.nodeconfig import GPU_RESOURCE, GpuDevice, NodeConfig
+from deviceplugin.resources import Resource, gpu_slots, node_level_resources
+from simgpu.nodeconfig import GPU_RESOURCE, GpuDevice, NodeConfig, mig_resource_name
 
 INVENTORY = "fgpu.io/gpu-inventory"
 EMULATED = "fgpu.io/emulated"

@@ -11,9 +11,6 @@ from dataclasses import dataclass
 
 from simgpu.nodeconfig import GPU_RESOURCE, GpuDevice, NodeConfig, mig_resource_name
 
-__all__ = ["Resource", "Slot", "discover", "gpu_slots", "mig_resource_name", "node_devices", "node_level_resources",
-           "replica_id"]
-
 REPLICA_SEP = "::"
 
 
