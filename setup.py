@@ -4,6 +4,7 @@ from setuptools import find_packages, setup
 
 _ops = ["fgpu_operator" + p[len("operator"):] for p in find_packages(include=["operator", "operator.*"])]
 setup(
-    packages=find_packages(include=["simgpu", "simgpu.*", "deviceplugin", "deviceplugin.*"]) + _ops,
+    packages=find_packages(include=["simgpu", "simgpu.*", "deviceplugin", "deviceplugin.*", "fgpu_contracts",
+                                 "fgpu_contracts.*"]) + _ops,
     package_dir={"fgpu_operator": "operator"},
 )

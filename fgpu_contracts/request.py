@@ -1,0 +1,94 @@
+"""The canonical GPU request: whatever spelling a pod used (fgpu, HAMi, KubeShare, KAI, Aliyun, NVIDIA MIG or
+whole GPUs), the webhook and the scheduler parse it into this one shape, and only this shape reaches the
+placement core. A pod's request is written back on the pod by the webhook (`fgpu.io/request`, JSON, v1) so the
+scheduler never re-parses a peer's spelling and the user can see what fgpu understood.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+import pydantic
+from pydantic.alias_generators import to_camel
+
+MILLI = 1000  # a whole GPU in milli-GPU
+Priority = Literal["high", "low"]
+Source = Literal["fgpu", "hami", "kubeshare", "kai", "aliyun", "nvidia"]
+
+
+class _Model(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel,
+                                       populate_by_name=True)
+
+
+class ContainerRequest(_Model):
+    """What one container asks for. Exactly one of three kinds:
+
+    - a share of GPUs: `count` devices, each giving `milli_gpu` (1..1000) of compute time, `mem_bytes` (or
+      `mem_pct` of the device) of memory and `sm_pct` of its SMs; `milli_gpu == 1000` is a whole GPU;
+    - a MIG instance: `mig_profile` set, `count` instances of it (milli/memory/SM fields unused)."""
+
+    container: str = pydantic.Field(min_length=1)
+    count: int = pydantic.Field(default=1, ge=1, le=64)
+    milli_gpu: int = pydantic.Field(default=MILLI, ge=1, le=MILLI)
+    mem_bytes: int | None = pydantic.Field(default=None, ge=1)  # per device; None: see mem_pct / the share
+    mem_pct: int | None = pydantic.Field(default=None, ge=1, le=100)  # per device, of its memory
+    sm_pct: int | None = pydantic.Field(default=None, ge=1, le=100)  # None: the compute share
+    mig_profile: str | None = None
+
+    @pydantic.model_validator(mode="after")
+    def _consistent(self) -> ContainerRequest:
+        if self.milli_gpu < MILLI and self.count != 1:
+            raise ValueError("a fraction below one GPU is for a single device (count 1)")
+        if self.mem_bytes is not None and self.mem_pct is not None:
+            raise ValueError("give memory in bytes or in percent, not both")
+        return self
+
+    @property
+    def is_mig(self) -> bool:
+        return self.mig_profile is not None
+
+    @property
+    def is_share(self) -> bool:
+        """Part of one GPU that other pods may share."""
+        return not self.is_mig and (self.milli_gpu < MILLI or self.mem_bytes is not None
+                                    or self.mem_pct is not None and self.mem_pct < 100)
+
+    @property
+    def effective_sm_pct(self) -> int:
+        return self.sm_pct if self.sm_pct is not None else max(1, -(-self.milli_gpu * 100 // MILLI))
+
+
+class GpuRequest(_Model):
+    """A pod's GPU request, with the constraints and hints every spelling can carry."""
+
+    version: Literal["v1"] = "v1"
+    source: Source = "fgpu"
+    containers: tuple[ContainerRequest, ...] = pydantic.Field(min_length=1)
+    priority: Priority = "high"
+    models: tuple[str, ...] = ()  # allowed GPU models (catalog names); empty: any
+    exclude_models: tuple[str, ...] = ()
+    uuids: tuple[str, ...] = ()  # allowed GPU UUIDs; empty: any
+    exclude_uuids: tuple[str, ...] = ()
+    node_policy: str | None = None  # binpack | spread | fgd | fgpu (None: the cluster's default)
+    gpu_policy: str | None = None  # binpack | spread (None: the cluster's default)
+    affinity: str | None = None  # KubeShare group: pods of one affinity group share GPUs
+    anti_affinity: str | None = None  # pods of one group never share a GPU
+    exclusion: str | None = None  # a GPU holds pods of one exclusion group only
+    slo_slowdown: float | None = pydantic.Field(default=None, gt=1.0, le=100.0)
+
+    @pydantic.field_validator("containers")
+    @classmethod
+    def _unique(cls, value: tuple[ContainerRequest, ...]) -> tuple[ContainerRequest, ...]:
+        names = [c.container for c in value]
+        if len(set(names)) != len(names):
+            raise ValueError("container names must be unique")
+        return value
+
+
+def dump_request(request: GpuRequest) -> str:
+    return request.model_dump_json(by_alias=True, exclude_none=True, exclude_defaults=False)
+
+
+def load_request(text: str) -> GpuRequest:
+    """Parse `fgpu.io/request` (raises pydantic.ValidationError; callers turn it into an InputError)."""
+    return GpuRequest.model_validate_json(text)
