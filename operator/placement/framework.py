@@ -1,7 +1,8 @@
 """Placement in named phases, like kube-scheduler's framework: filter -> score -> select -> reserve (-> release).
 
-Filter keeps the nodes that can hold the request and remembers why each other node was rejected, so a failed
-placement explains itself ("0/1213 nodes are available: 900 insufficient GPU, 313 GPU model mismatch").
+Filter (the plug-ins in `filters`) keeps the nodes that can hold the request; a failed placement explains
+itself in kube-scheduler's words ("0/1213 nodes are available: 313 node(s) had no GPU of the requested model,
+900 Insufficient GPU.").
 Score is the policy's. Among top-scoring nodes the framework takes the one first in a fixed random node order
 drawn once per run: the FGD simulator patches kube-scheduler's selectHost to pick the lexicographically
 smallest node name, and names nodes with a random-permutation prefix, so ties always go to the same nodes
@@ -15,11 +16,9 @@ from typing import Protocol
 
 import numpy as np
 
-from .model import MILLI, Cluster, Placement, Request
-
-#: Rejection reasons, in the order they are checked (a node is counted under its first failing reason).
-REASONS = ("GPU model mismatch", "insufficient CPU", "insufficient memory", "insufficient GPU",
-           "insufficient GPU memory")
+from .filters import filter_nodes, rejection_counts
+from .fit import gpu_fit
+from .model import Cluster, Placement, Request
 
 
 class Policy(Protocol):
@@ -39,65 +38,44 @@ class Policy(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Unschedulable:
-    """A failed placement and why: counts of nodes per rejection reason."""
+    """A failed placement and why: counts of nodes per rejection reason (see `filters`)."""
 
     request: Request
     total_nodes: int
     reasons: tuple[tuple[str, int], ...]
 
     def __str__(self) -> str:
-        parts = ", ".join(f"{count} {reason}" for reason, count in self.reasons)
-        return f"0/{self.total_nodes} nodes are available for {self.request.name}: {parts}"
-
-
-def fit_gpus(cluster: Cluster, request: Request) -> np.ndarray:
-    """Per node: the number of GPUs that could each give the request its GPU fraction (and memory)."""
-    fits = cluster.gpu_left >= request.gpu_milli
-    if request.gpu_mem_mib:
-        fits &= cluster.gpu_mem_left >= request.gpu_mem_mib
-    return fits.sum(axis=1)
-
-
-def filter_nodes(cluster: Cluster, request: Request) -> np.ndarray:
-    """Feasible-node mask (the hot path: no explanations)."""
-    ok = (cluster.cpu_left >= request.cpu_milli) & (cluster.mem_left >= request.memory_mib)
-    if request.wants_gpu:
-        ok &= cluster.model_mask(request.gpu_models) & (cluster.gpu_count > 0)
-        ok &= fit_gpus(cluster, request) >= request.num_gpu
-    return ok
+        """kube-scheduler's FitError wording: "0/N nodes are available: <count reason, sorted>." """
+        histogram = sorted(f"{count} {reason}" for reason, count in self.reasons)
+        return f"0/{self.total_nodes} nodes are available" + (f": {', '.join(histogram)}." if histogram else ".")
 
 
 def explain(cluster: Cluster, request: Request) -> Unschedulable:
-    """Why no node fits: each node counted under the first reason it fails."""
-    wants = request.wants_gpu
-    checks = [
-        ~(cluster.model_mask(request.gpu_models) & (cluster.gpu_count > 0)) if wants else None,
-        cluster.cpu_left < request.cpu_milli,
-        cluster.mem_left < request.memory_mib,
-        (cluster.gpu_left >= request.gpu_milli).sum(axis=1) < request.num_gpu if wants else None,
-        fit_gpus(cluster, request) < request.num_gpu if wants else None,
-    ]
-    reason = np.full(cluster.size, len(REASONS))
-    for i, failed in reversed(list(enumerate(checks))):
-        if failed is not None:
-            reason[failed] = i
-    counts = np.bincount(reason, minlength=len(REASONS) + 1)[: len(REASONS)]
-    ordered = sorted(((REASONS[i], int(c)) for i, c in enumerate(counts) if c),
-                     key=lambda kv: (-kv[1], REASONS.index(kv[0])))
-    return Unschedulable(request, cluster.size, tuple(ordered))
+    """Why no node fits: each node counted under the reasons of the first filter that rejects it."""
+    counts = rejection_counts(cluster, request)
+    return Unschedulable(request, cluster.size, tuple(sorted(counts.items())))
 
 
-def best_fit_gpus(cluster: Cluster, request: Request, node: int) -> tuple[int, ...]:
+def best_fit_gpus(cluster: Cluster, request: Request, node: int, spread: bool = False) -> tuple[int, ...]:
     """The FGD simulator's default GPU selection: a shared request goes to the fitting GPU with the least
-    room left (lowest index on ties); whole-GPU requests take the first free GPUs in index order."""
+    room left (lowest index on ties; `spread`: the most room); whole-GPU requests take the first fitting
+    GPUs in index order."""
     if not request.wants_gpu:
         return ()
-    left = cluster.gpu_left[node, : cluster.gpu_count[node]]
+    fits = np.flatnonzero(gpu_fit(cluster, request, node))
     if request.is_share:
-        fits = np.flatnonzero(left >= request.gpu_milli)
-        return (int(fits[np.argmin(left[fits])]),)
-    free = np.flatnonzero(left >= min(request.gpu_milli, MILLI))
-    return tuple(int(g) for g in free[: request.num_gpu])
+        left = cluster.gpu_left[node, fits]
+        return (int(fits[np.argmax(left) if spread else np.argmin(left)]),)
+    return tuple(int(g) for g in fits[: request.num_gpu])
+
+
+def choose_mig(cluster: Cluster, request: Request, node: int) -> tuple[str, ...]:
+    """Free healthy MIG instances of the profile on `node`, in UUID order (the layout is fixed)."""
+    c = request.constraints
+    free = sorted(u for u, (n, profile, healthy) in cluster.mig_slots.items()
+                  if n == node and profile == request.mig_profile and healthy and u not in cluster.mig_taken
+                  and not (c and (c.uuids and u not in c.uuids or u in c.exclude_uuids)))
+    return tuple(free[: request.num_gpu])
 
 
 #: An admission check, asked before scoring with the feasible-node mask: a reason to turn the pod away even
@@ -124,11 +102,30 @@ class Framework:
             return explain(self.cluster, request) if explained else Unschedulable(request, self.cluster.size, ())
         if refusal:
             return Unschedulable(request, self.cluster.size, ((refusal, int(candidates.size)),))
-        scores = np.asarray(self.policy.score(request, feasible))[candidates]
+        if request.is_mig:  # MIG instances are fixed slots: pack them (fewest free instances of the profile)
+            scores = -self.cluster.mig_free[request.mig_profile][candidates]
+        else:
+            scores = np.asarray(self.policy.score(request, feasible))[candidates]
         top = candidates[scores == scores.max()]
         node = int(top[np.argmin(self.node_rank[top])]) if top.size > 1 else int(top[0])
-        gpus = self.policy.choose_gpus(request, node)
-        return self.cluster.reserve(request, node, gpus)
+        if request.is_mig:
+            return self.cluster.reserve(request, node, (), choose_mig(self.cluster, request, node))
+        return self.cluster.reserve(request, node, self.choose_gpus(request, node))
+
+    def choose_gpus(self, request: Request, node: int) -> tuple[int, ...]:
+        """The policy's GPUs, unless the pod says otherwise: KubeShare affinity (a GPU already holding its
+        group, if one fits) or HAMi's GPU policy `spread`."""
+        c = request.constraints
+        if c is not None and request.is_share:
+            if c.affinity_group:
+                fits = gpu_fit(self.cluster, request, node)
+                held = sorted(g for (n, g) in self.cluster.group_gpus.get(f"a:{c.affinity_group}", {})
+                              if n == node and fits[g])
+                if held:
+                    return (held[0],)
+            if c.gpu_policy == "spread":
+                return best_fit_gpus(self.cluster, request, node, spread=True)
+        return self.policy.choose_gpus(request, node)
 
     def release(self, placement: Placement) -> None:
         self.cluster.release(placement)

@@ -28,9 +28,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 from fgpu_operator.placement.errors import PlacementInputError
+from fgpu_operator.placement.filters import filter_nodes, fits_node
 from fgpu_operator.placement.fragmentation import TargetWorkload
-from fgpu_operator.placement.framework import Framework, Unschedulable, filter_nodes
-from fgpu_operator.placement.model import MILLI, Cluster, NodeSpec, Placement, Request
+from fgpu_operator.placement.framework import Framework, Unschedulable
+from fgpu_operator.placement.model import MILLI, Cluster, NodeSpec, Placement
 from fgpu_operator.placement.policies import make_policy
 
 from .trace import QOS_CLASSES, Trace
@@ -300,22 +301,6 @@ class _Sharing:
         return total / span if span > 0 else 1.0
 
 
-def fits_node(cluster: Cluster, request: Request, node: int) -> bool:
-    """`filter_nodes` for one node: after a departure only that node gained room, so a waiting pod that
-    fails this check cannot be placed now and need not be offered to the (costlier) framework."""
-    if cluster.cpu_left[node] < request.cpu_milli or cluster.mem_left[node] < request.memory_mib:
-        return False
-    if not request.wants_gpu:
-        return True
-    spec = cluster.nodes[node]
-    if spec.num_gpu == 0 or (request.gpu_models and spec.model not in request.gpu_models):
-        return False
-    fits = cluster.gpu_left[node] >= request.gpu_milli
-    if request.gpu_mem_mib:
-        fits &= cluster.gpu_mem_left[node] >= request.gpu_mem_mib
-    return int(fits.sum()) >= request.num_gpu
-
-
 def unplaceable_pods(cluster: Cluster, trace: Trace) -> list[bool]:
     """Per pod: True when it fits no node of `cluster` even empty (checked once per request shape)."""
     fresh = Cluster(list(cluster.nodes))
@@ -412,5 +397,5 @@ def run_timeline(nodes: list[NodeSpec], trace: Trace, policy_name: str, seed: in
     return result
 
 
-__all__ = ["TimelineResult", "arrival_speedup", "busy_period", "compress", "fallback_slowdown", "fits_node",
+__all__ = ["TimelineResult", "arrival_speedup", "busy_period", "compress", "fallback_slowdown",
            "max_offered_load", "min_offered_load", "offered_load", "run_timeline", "slowdown", "unplaceable_pods"]

@@ -12,7 +12,8 @@ from importlib import resources
 from pathlib import Path
 
 from fgpu_operator.placement.errors import PlacementInputError
-from fgpu_operator.placement.model import GPU_MEMORY_MIB, MILLI, NodeSpec, Request
+from fgpu_operator.placement.gpus import TRACE_GPU_MEMORY_MIB as GPU_MEMORY_MIB
+from fgpu_operator.placement.model import MILLI, NodeSpec, Request
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")

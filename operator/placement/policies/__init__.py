@@ -12,6 +12,7 @@ from .fgd import FgdPolicy
 from .fgpu import FgpuPolicy
 from .packing import GpuPackingPolicy
 from .random import RandomPolicy
+from .spread import BinpackPolicy, SpreadPolicy
 
 POLICIES: dict[str, Callable[[TargetWorkload], object]] = {
     "random": lambda w: RandomPolicy(),
@@ -21,9 +22,13 @@ POLICIES: dict[str, Callable[[TargetWorkload], object]] = {
     "bestfit": lambda w: BestFitPolicy(),
     "fgd": FgdPolicy,
     "fgpu": FgpuPolicy,
+    "binpack": lambda w: BinpackPolicy(),
+    "spread": lambda w: SpreadPolicy(),
 }
-#: The paper's policies in its order, then ours.
-POLICY_NAMES: tuple[str, ...] = tuple(POLICIES)
+#: What `fgpu simulate --policy all` replays: the paper's policies in its order, then ours.
+POLICY_NAMES: tuple[str, ...] = ("random", "dotprod", "clustering", "packing", "bestfit", "fgd", "fgpu")
+#: Node policies a live cluster offers (cluster-wide default and per pod): HAMi's two, FGD, ours.
+LIVE_POLICIES: tuple[str, ...] = ("binpack", "spread", "fgd", "fgpu")
 DEFAULT_POLICY = "fgpu"
 
 
@@ -31,5 +36,5 @@ def make_policy(name: str, workload: TargetWorkload):
     try:
         factory = POLICIES[name]
     except KeyError:
-        raise PlacementInputError(f"unknown policy {name!r}", field="policy", allowed=POLICY_NAMES) from None
+        raise PlacementInputError(f"unknown policy {name!r}", field="policy", allowed=tuple(POLICIES)) from None
     return factory(workload)

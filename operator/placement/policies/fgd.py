@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..fit import gpu_fit
 from ..fragmentation import FragMeter, TargetWorkload
 from ..model import MILLI, Cluster, Request
 from .base import MAX_NODE_SCORE, BasePolicy
 
 
-def take_whole_gpus(left: np.ndarray, milli: int, count: int) -> np.ndarray:
-    """Per row, subtract `milli` from the first `count` GPUs that fit, in index order."""
-    fits = left >= milli
+def take_whole_gpus(left: np.ndarray, fits: np.ndarray, milli: int, count: int) -> np.ndarray:
+    """Per row, subtract `milli` from the first `count` GPUs that fit (mask `fits`), in index order."""
     take = fits & (np.cumsum(fits, axis=1) <= count)
     return np.where(take, left - milli, left)
 
@@ -73,14 +73,15 @@ class FgdPolicy(BasePolicy):
         cpu_after = cpu - cpu_req
         n = nodes.size
         if not request.is_share:
-            after_left = take_whole_gpus(left, milli, count) if request.wants_gpu else left
+            after_left = (take_whole_gpus(left, gpu_fit(c, request, nodes), milli, count) if request.wants_gpu
+                          else left)
             both = self.meter.amount(np.concatenate([cpu, cpu_after]), np.concatenate([left, after_left]),
                                      np.concatenate([model, model]))
             return self.node_scores(both[:n] - both[n:]), np.zeros(n, dtype=np.int64)
         # A GPU whose room equals an earlier fitting GPU's on the same node gives the same node state (the measure
         # ignores GPU order), so only the first GPU of each distinct room is tried: the lowest index wins ties.
         width = left.shape[1]
-        candidate = left >= milli
+        candidate = gpu_fit(c, request, nodes)
         for j in range(1, width):
             candidate[:, j] &= ~(left[:, :j] == left[:, j:j + 1]).any(axis=1)
         row, gpu = np.nonzero(candidate)  # by node, then GPU index

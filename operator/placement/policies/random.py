@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..fit import gpu_fit
 from ..model import Request
 from .base import MAX_NODE_SCORE, BasePolicy
 
@@ -20,6 +21,5 @@ class RandomPolicy(BasePolicy):
     def choose_gpus(self, request: Request, node: int) -> tuple[int, ...]:
         if not request.is_share:
             return super().choose_gpus(request, node)
-        left = self.cluster.gpu_left[node, : self.cluster.gpu_count[node]]
-        fits = np.flatnonzero(left >= request.gpu_milli)
+        fits = np.flatnonzero(gpu_fit(self.cluster, request, node))
         return (int(fits[self.rng.integers(fits.size)]),)

@@ -1,0 +1,259 @@
+"""Filters as plug-ins, in kube-scheduler's order and words: each keeps the nodes that can hold a request and
+says, per rejected node, why ("0/12 nodes are available: 4 Insufficient GPU memory, 8 node(s) had untolerated
+taint {gpu: h100}.").
+
+A filter has `applies` (cheap: skip it when the request or cluster gives it nothing to check, so a trace
+replay pays only for CPU, memory and GPUs) and `failures`: (reason, failing-node mask) pairs over the nodes
+`rows`. A node is counted under the reasons of the first filter that rejects it; one filter may give one
+node several reasons (cpu and memory both short), as NodeResourcesFit does.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from .fit import COMPUTE, FULL, MEMORY, fitting_gpus
+from .model import Cluster, NodeSpec, Request, SelectorTerm, Taint, Toleration
+
+Failures = list[tuple[str, np.ndarray]]
+ALL = slice(None)  # every node: plain views, no gathering copies (the replay's hot path)
+
+
+def _count(cluster: Cluster, rows) -> int:
+    return cluster.size if isinstance(rows, slice) else len(rows)
+
+
+def _names(cluster: Cluster, rows) -> range | np.ndarray:
+    return range(cluster.size) if isinstance(rows, slice) else rows
+
+
+class NodeUnschedulable:
+    """Cordoned nodes (`spec.unschedulable`) take no new pods unless the pod tolerates the cordon taint."""
+
+    name = "NodeUnschedulable"
+    reason = "node(s) were unschedulable"
+    taint = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
+
+    def applies(self, cluster: Cluster, request: Request) -> bool:
+        c = request.constraints
+        return bool(cluster.unschedulable.any()) and not (c and any(tolerates(t, self.taint) for t in c.tolerations))
+
+    def failures(self, cluster: Cluster, request: Request, rows: np.ndarray) -> Failures:
+        return [(self.reason, cluster.unschedulable[rows])]
+
+
+class TaintToleration:
+    """NoSchedule / NoExecute taints the pod does not tolerate (PreferNoSchedule only steers scoring)."""
+
+    name = "TaintToleration"
+
+    def applies(self, cluster: Cluster, request: Request) -> bool:
+        return any(node.taints for node in _tainted(cluster))
+
+    def failures(self, cluster: Cluster, request: Request, rows: np.ndarray) -> Failures:
+        tolerations = request.constraints.tolerations if request.constraints else ()
+        out: dict[str, np.ndarray] = {}
+        for k, i in enumerate(_names(cluster, rows)):
+            taint = untolerated(cluster.nodes[i].taints, tolerations)
+            if taint is not None:
+                reason = f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"
+                out.setdefault(reason, np.zeros(_count(cluster, rows), dtype=bool))[k] = True
+        return list(out.items())
+
+
+class NodeAffinity:
+    """`nodeSelector` and required node affinity (terms ORed, expressions ANDed; `metadata.name` fields)."""
+
+    name = "NodeAffinity"
+    reason = "node(s) didn't match Pod's node affinity/selector"
+
+    def applies(self, cluster: Cluster, request: Request) -> bool:
+        c = request.constraints
+        return c is not None and bool(c.node_selector or c.affinity_terms)
+
+    def failures(self, cluster: Cluster, request: Request, rows: np.ndarray) -> Failures:
+        c = request.constraints
+        bad = np.array([not node_matches(cluster.nodes[i], c.node_selector, c.affinity_terms)
+                        for i in _names(cluster, rows)], dtype=bool)
+        return [(self.reason, bad)]
+
+
+class NodeResourcesFit:
+    """CPU, memory, pod count and counted extended resources (time-slicing / MPS replicas, device slots)."""
+
+    name = "NodeResourcesFit"
+
+    def applies(self, cluster: Cluster, request: Request) -> bool:
+        return True
+
+    def failures(self, cluster: Cluster, request: Request, rows: np.ndarray) -> Failures:
+        out = [("Insufficient cpu", cluster.cpu_left[rows] < request.cpu_milli),
+               ("Insufficient memory", cluster.mem_left[rows] < request.memory_mib)]
+        if request.constraints is not None:
+            out.append(("Too many pods", cluster.pods_left[rows] < 1))
+            for name, amount in request.constraints.extended:
+                left = cluster.extended_left.get(name)
+                out.append((f"Insufficient {name}",
+                            np.ones(_count(cluster, rows), dtype=bool) if left is None else left[rows] < amount))
+        return out
+
+
+class GpuModel:
+    """Nodes with no GPU at all, or none of an allowed model (`fgpu.io/gpu-model`, HAMi's use-gputype)."""
+
+    name = "GpuModel"
+
+    def applies(self, cluster: Cluster, request: Request) -> bool:
+        return request.wants_gpu
+
+    def failures(self, cluster: Cluster, request: Request, rows: np.ndarray) -> Failures:
+        no_gpu = cluster.gpu_count[rows] == 0
+        c = request.constraints
+        out = [("node(s) had no GPU", no_gpu)]
+        if request.gpu_models or (c is not None and c.exclude_models):
+            if cluster.gpu_model_idx.shape[1] and any(n.gpus for n in cluster.nodes):
+                allowed = cluster.gpu_model_mask(request.gpu_models, c.exclude_models if c else ())[rows].any(axis=1)
+            else:
+                allowed = cluster.model_mask(request.gpu_models)[rows]
+            out.append(("node(s) had no GPU of the requested model", ~no_gpu & ~allowed))
+        return out
+
+
+class GpuFit:
+    """Enough GPUs that take this kind of request and have the share left (the fit rule in `fit`)."""
+
+    name = "GpuFit"
+
+    def applies(self, cluster: Cluster, request: Request) -> bool:
+        return request.wants_gpu
+
+    def passes(self, cluster: Cluster, request: Request, rows: np.ndarray) -> np.ndarray:
+        return fitting_gpus(cluster, request, rows, FULL) >= request.num_gpu
+
+    def failures(self, cluster: Cluster, request: Request, rows: np.ndarray) -> Failures:
+        need = request.num_gpu
+        compute = fitting_gpus(cluster, request, rows, COMPUTE) < need
+        memory = ~compute & (fitting_gpus(cluster, request, rows, MEMORY) < need)
+        out = [(self._compute_reason(request), compute), ("Insufficient GPU memory", memory)]
+        if request.constraints is not None:
+            rest = ~compute & ~memory & (fitting_gpus(cluster, request, rows, FULL) < need)
+            out.append(("node(s) had no GPU allowed by the pod's GPU UUID or sharing-group rules", rest))
+        return out
+
+    @staticmethod
+    def _compute_reason(request: Request) -> str:
+        return "Insufficient GPU" if request.is_share or request.num_gpu > 1 else "Insufficient whole GPU"
+
+
+class MigSlot:
+    """A free, healthy MIG instance of the profile asked for (NVIDIA's `nvidia.com/mig-<profile>`)."""
+
+    name = "MigSlot"
+
+    def applies(self, cluster: Cluster, request: Request) -> bool:
+        return request.is_mig
+
+    def failures(self, cluster: Cluster, request: Request, rows: np.ndarray) -> Failures:
+        free = cluster.mig_free.get(request.mig_profile)
+        short = np.ones(_count(cluster, rows), dtype=bool) if free is None else free[rows] < request.num_gpu
+        return [(f"Insufficient nvidia.com/mig-{request.mig_profile}", short)]
+
+
+#: kube-scheduler's order (NodeUnschedulable, TaintToleration, NodeAffinity, NodeResourcesFit), then ours.
+FILTERS = (NodeUnschedulable(), TaintToleration(), NodeAffinity(), NodeResourcesFit(), GpuModel(), GpuFit(),
+           MigSlot())
+
+
+def filter_nodes(cluster: Cluster, request: Request, rows: np.ndarray | slice = ALL) -> np.ndarray:
+    """Feasible-node mask over `rows` (default: every node); the hot path: no explanations kept."""
+    ok = np.ones(_count(cluster, rows), dtype=bool)
+    for plugin in FILTERS:
+        if not plugin.applies(cluster, request):
+            continue
+        if hasattr(plugin, "passes"):  # one combined check where the reasons cost extra passes
+            ok &= plugin.passes(cluster, request, rows)
+            continue
+        for _, failed in plugin.failures(cluster, request, rows):
+            ok &= ~failed
+    return ok
+
+
+def fits_node(cluster: Cluster, request: Request, node: int) -> bool:
+    """Whether one node can hold the request now (every filter, for that node alone)."""
+    return bool(filter_nodes(cluster, request, np.array([node]))[0])
+
+
+def rejection_counts(cluster: Cluster, request: Request) -> dict[str, int]:
+    """Why no node fits: each node counted under the reasons of the first filter that rejects it."""
+    alive = np.arange(cluster.size)
+    counts: dict[str, int] = {}
+    for plugin in FILTERS:
+        if alive.size == 0:
+            break
+        if not plugin.applies(cluster, request):
+            continue
+        rejected = np.zeros(alive.size, dtype=bool)
+        for reason, failed in plugin.failures(cluster, request, alive):
+            if failed.any():
+                counts[reason] = counts.get(reason, 0) + int(failed.sum())
+                rejected |= failed
+        alive = alive[~rejected]
+    return counts
+
+
+# --- core/v1 matching rules -----------------------------------------------------------------------------
+def tolerates(toleration: Toleration, taint: Taint) -> bool:
+    """core/v1 Toleration.ToleratesTaint."""
+    if toleration.effect and toleration.effect != taint.effect:
+        return False
+    if toleration.key and toleration.key != taint.key:
+        return False
+    if toleration.operator == "Exists":
+        return True
+    return bool(toleration.key) and toleration.value == taint.value
+
+
+def untolerated(taints: Iterable[Taint], tolerations: Iterable[Toleration]) -> Taint | None:
+    tolerations = tuple(tolerations)
+    for taint in taints:
+        if taint.effect in ("NoSchedule", "NoExecute") and not any(tolerates(t, taint) for t in tolerations):
+            return taint
+    return None
+
+
+def _tainted(cluster: Cluster) -> list[NodeSpec]:
+    cached = getattr(cluster, "_tainted_nodes", None)
+    if cached is None or cached[0] is not cluster.nodes:
+        cached = (cluster.nodes, [n for n in cluster.nodes if n.taints])
+        cluster._tainted_nodes = cached
+    return cached[1]
+
+
+def _expression_matches(node: NodeSpec, labels: dict[str, str], key: str, op: str, values: tuple[str, ...]) -> bool:
+    value = node.name if key == "metadata.name" else labels.get(key)
+    if op == "In":
+        return value is not None and value in values
+    if op == "NotIn":
+        return value is None or value not in values
+    if op == "Exists":
+        return value is not None
+    if op == "DoesNotExist":
+        return value is None
+    if op in ("Gt", "Lt") and value is not None and values:
+        try:
+            a, b = int(value), int(values[0])
+        except ValueError:
+            return False
+        return a > b if op == "Gt" else a < b
+    return False
+
+
+def node_matches(node: NodeSpec, selector: tuple[tuple[str, str], ...], terms: tuple[SelectorTerm, ...]) -> bool:
+    labels = dict(node.labels)
+    if any(labels.get(k) != v for k, v in selector):
+        return False
+    if not terms:
+        return True
+    return any(term.expressions and all(_expression_matches(node, labels, *e) for e in term.expressions)
+               for term in terms)
