@@ -1,0 +1,19 @@
+"""The operator's Kubernetes I/O for the scheduler's hot path: asyncio + aiohttp on raw JSON dicts.
+
+Kopf does the watching; this package does the writes (Binding, PodScheduled=False, Events) and leader
+election, each returning an `Outcome` instead of raising on API errors. See DESIGN.md §9 for why the bind
+path is not the official client.
+"""
+from .config import ConfigError, Credentials, TokenFile, in_cluster, load, load_kubeconfig
+from .events import EventRecorder
+from .leader import LeaderElector, default_identity
+from .outcome import Outcome, Result, classify
+from .pods import bind, set_unschedulable
+from .ratelimit import TokenBucket
+from .session import ApiSession, Limits
+
+__all__ = [
+    "ApiSession", "ConfigError", "Credentials", "EventRecorder", "LeaderElector", "Limits", "Outcome",
+    "Result", "TokenBucket", "TokenFile", "bind", "classify", "default_identity", "in_cluster", "load",
+    "load_kubeconfig", "set_unschedulable",
+]

@@ -1,0 +1,155 @@
+"""One aiohttp session to the apiserver for the scheduler's writes: raw JSON, rate limited, bounded.
+
+Measured (reference/scheduler-baseline.md): the official client in threads caps a do-nothing Python binder
+at 0.38x kube-scheduler, asyncio + aiohttp on raw dicts at ~2x. So the hot path talks HTTP itself, with a
+client-side QPS/burst limit (as client-go's) and a cap on requests in flight, and retries the transient
+failures (429, 5xx, timeouts, dropped connections) a bounded number of times with jittered backoff.
+Give each concern its own ApiSession (binds; events; leader election) so one queue cannot starve another.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from .config import Credentials
+from .outcome import RETRYABLE, Outcome, classify
+from .ratelimit import TokenBucket
+
+STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Client-side limits. QPS/burst default to 500/1000 (kube-scheduler's own defaults are 50/100)."""
+
+    qps: float = 500.0
+    burst: int = 1000
+    max_in_flight: int = 64
+    timeout_s: float = 30.0  # one attempt, connect to last byte
+    retries: int = 4  # after the first attempt, for 429/5xx/timeouts only
+    backoff_s: float = 0.05  # first retry's ceiling; doubles per retry (full jitter)
+    backoff_cap_s: float = 2.0
+
+
+class ApiSession:
+    """`async with ApiSession(creds) as api: await api.request("GET", "/version")` -> Outcome.
+
+    Never raises on API or network errors: the Outcome carries them.
+    """
+
+    def __init__(self, creds: Credentials, limits: Limits | None = None, user_agent: str = "fgpu-operator"):
+        self.creds = creds
+        self.limits = limits or Limits()
+        self.bucket = TokenBucket(self.limits.qps, self.limits.burst)
+        self._slots = asyncio.Semaphore(self.limits.max_in_flight)
+        self._user_agent = user_agent
+        self._http: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> ApiSession:
+        self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def open(self) -> None:
+        info = self.creds.info
+        headers = {"Accept": "application/json", "User-Agent": self._user_agent}
+        if self.creds.token_file is None:
+            headers.update(info.as_http_headers())  # static token or basic auth
+        ssl = info.as_ssl_context() if self.creds.server.startswith("https:") else None
+        self._http = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=self.limits.max_in_flight, ssl=ssl),
+            headers=headers,
+            timeout=aiohttp.ClientTimeout(total=self.limits.timeout_s),
+        )
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: dict[str, Any] | None = None,
+        content_type: str = "application/json",
+        params: dict[str, str] | None = None,
+        retries: int | None = None,
+        timeout_s: float | None = None,
+    ) -> Outcome:
+        """One API call with bounded retries of transient failures; the Outcome of the last attempt."""
+        if self._http is None:
+            raise RuntimeError("ApiSession is not open: use `async with ApiSession(...)`")
+        retries = self.limits.retries if retries is None else retries
+        url = self.creds.server + path
+        attempt, reauth = 0, self.creds.token_file is not None
+        while True:
+            attempt += 1
+            await self.bucket.acquire()
+            async with self._slots:
+                status, data, retry_after = await self._attempt(method, url, body, content_type, params, timeout_s)
+            if status == 401 and reauth:  # a rotated token: re-read the file once, then try again
+                reauth = False
+                self.creds.token_file.token(force=True)
+                continue
+            if not (status == 0 or status in RETRYABLE) or attempt > retries:
+                return _outcome(status, data, attempt)
+            await asyncio.sleep(max(retry_after, self._backoff(attempt)))
+
+    async def _attempt(self, method, url, body, content_type, params, timeout_s) -> tuple[int, Any, float]:
+        """(status, decoded body or error text, Retry-After seconds); status 0 when no answer came."""
+        headers = {}
+        if self.creds.token_file is not None:
+            headers["Authorization"] = f"Bearer {self.creds.token_file.token()}"
+        if body is not None:
+            headers["Content-Type"] = content_type
+        extra = {"timeout": aiohttp.ClientTimeout(total=timeout_s)} if timeout_s else {}
+        try:
+            async with self._http.request(
+                method, url, data=None if body is None else _dumps(body), headers=headers, params=params, **extra
+            ) as resp:
+                raw = await resp.read()
+                return resp.status, _loads(raw), _retry_after(resp.headers.get("Retry-After"))
+        except (aiohttp.ClientError, TimeoutError) as e:
+            return 0, f"{type(e).__name__}: {e}" if str(e) else type(e).__name__, 0.0
+
+    def _backoff(self, attempt: int) -> float:
+        ceiling = min(self.limits.backoff_cap_s, self.limits.backoff_s * 2 ** (attempt - 1))
+        return random.uniform(ceiling / 2, ceiling)
+
+
+def _outcome(status: int, data: Any, attempts: int) -> Outcome:
+    body = data if isinstance(data, dict) else {}
+    message = body.get("message", "") if not (200 <= status < 300) else ""
+    if not message and isinstance(data, str):
+        message = data
+    return Outcome(classify(status), status, message, attempts, body)
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"))
+
+
+def _loads(raw: bytes) -> Any:
+    if not raw:
+        return {}
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw[:500].decode(errors="replace")
+
+
+def _retry_after(value: str | None, cap_s: float = 10.0) -> float:
+    try:
+        return min(cap_s, max(0.0, float(value))) if value else 0.0
+    except ValueError:
+        return 0.0  # an HTTP date; the apiserver only ever sends seconds
