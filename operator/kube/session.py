@@ -96,17 +96,19 @@ class ApiSession:
             attempt += 1
             await self.bucket.acquire()
             async with self._slots:
-                status, data, retry_after = await self._attempt(method, url, body, content_type, params, timeout_s)
+                status, data, retry_after, transient = await self._attempt(
+                    method, url, body, content_type, params, timeout_s)
             if status == 401 and reauth:  # a rotated token: re-read the file once, then try again
                 reauth = False
                 self.creds.token_file.token(force=True)
                 continue
-            if not (status == 0 or status in RETRYABLE) or attempt > retries:
+            if not transient or attempt > retries:
                 return _outcome(status, data, attempt)
             await asyncio.sleep(max(retry_after, self._backoff(attempt)))
 
-    async def _attempt(self, method, url, body, content_type, params, timeout_s) -> tuple[int, Any, float]:
-        """(status, decoded body or error text, Retry-After seconds); status 0 when no answer came."""
+    async def _attempt(self, method, url, body, content_type, params, timeout_s) -> tuple[int, Any, float, bool]:
+        """(status, decoded body or error text, Retry-After seconds, worth retrying); status 0 when no answer
+        came. A server certificate we do not trust is final: retrying cannot change it."""
         headers = {}
         if self.creds.token_file is not None:
             headers["Authorization"] = f"Bearer {self.creds.token_file.token()}"
@@ -118,9 +120,11 @@ class ApiSession:
                 method, url, data=None if body is None else _dumps(body), headers=headers, params=params, **extra
             ) as resp:
                 raw = await resp.read()
-                return resp.status, _loads(raw), _retry_after(resp.headers.get("Retry-After"))
+                return (resp.status, _loads(raw), _retry_after(resp.headers.get("Retry-After")),
+                        resp.status in RETRYABLE)
         except (aiohttp.ClientError, TimeoutError) as e:
-            return 0, f"{type(e).__name__}: {e}" if str(e) else type(e).__name__, 0.0
+            text = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            return 0, text, 0.0, not isinstance(e, aiohttp.ClientConnectorCertificateError)
 
     def _backoff(self, attempt: int) -> float:
         ceiling = min(self.limits.backoff_cap_s, self.limits.backoff_s * 2 ** (attempt - 1))
