@@ -8,7 +8,7 @@ import sys
 
 from fgpu_operator.placement.errors import PlacementInputError
 
-COMMAND_MODULES = ("fgpu_operator.sim.command",)
+COMMAND_MODULES = ("fgpu_operator.sim.command", "fgpu_operator.controller.command")
 
 
 class _OneLineParser(argparse.ArgumentParser):

@@ -1,0 +1,58 @@
+"""`fgpu operator`: run the scheduler (and, once registered, the admission webhook) against a cluster."""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+
+from fgpu_contracts.errors import InputError
+
+from ..placement.policies import LIVE_POLICIES
+
+
+def _positive(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not value > 0 or value != value or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"{text!r} must be a positive finite number")
+        return value
+    return parse
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("operator", help="run fgpu's scheduler and admission webhook (Kopf)",
+                              description="Run fgpu's Kopf operator: schedules pods with schedulerName "
+                                          "fgpu-scheduler onto (fractions of) GPUs and binds them.")
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)")
+    p.add_argument("--policy", default="fgpu", choices=LIVE_POLICIES, help="cluster-wide node policy")
+    p.add_argument("--qps", type=_positive(float), default=500.0, help="client QPS for binds (default 500)")
+    p.add_argument("--burst", type=_positive(int), default=1000, help="client burst (default 1000)")
+    p.add_argument("--binds-in-flight", type=_positive(int), default=64, help="concurrent Binding writes")
+    p.add_argument("--no-leader-elect", action="store_true", help="bind without holding the Lease (one replica)")
+    p.add_argument("--lease-namespace", default="kube-system")
+    p.add_argument("--identity", help="this replica's name in the Lease (default: hostname + random)")
+    p.add_argument("--liveness", default="", help="serve Kopf's liveness probe, e.g. http://0.0.0.0:8080/healthz")
+    p.add_argument("-v", "--verbose", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import kopf
+
+    from . import handlers
+
+    if args.kubeconfig:
+        if not os.path.isfile(args.kubeconfig):
+            raise InputError(f"{args.kubeconfig}: no such file", field="--kubeconfig")
+        os.environ["KUBECONFIG"] = args.kubeconfig  # Kopf's own login reads it too
+    handlers.CONFIG = handlers.OperatorConfig(
+        kubeconfig=args.kubeconfig, policy=args.policy, qps=args.qps, burst=args.burst,
+        binds_in_flight=args.binds_in_flight, leader_elect=not args.no_leader_elect,
+        lease_namespace=args.lease_namespace, identity=args.identity)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    kopf.run(standalone=True, clusterwide=True, liveness_endpoint=args.liveness or None)
+    return 0

@@ -1,0 +1,118 @@
+"""The Kopf shell: watch events in, calls on the scheduler out, and nothing else.
+
+Pods and nodes are watched with `@kopf.on.event` only: create/update handlers would PATCH Kopf's progress
+annotations (and post Events) on every pod, one extra write per pod on the hot path. The scheduler's own
+writes (Binding, status, Events, the Lease) go through `fgpu_operator.kube`, on this same asyncio loop.
+
+Start-up order matters for crash safety: every node and every bound pod is listed and restored into the
+model *before* the scheduler may bind anything, so a restarted operator never hands out a share that a
+running pod holds. Kopf's own watches then re-deliver the same objects; restoring is idempotent.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+
+import kopf
+
+from ..kube import config as kubeconfig
+from ..kube.events import EventRecorder
+from ..kube.leader import LeaderElector
+from ..kube.session import ApiSession, Limits
+from ..placement.live import LiveCluster
+from .scheduler import Scheduler
+
+log = logging.getLogger("fgpu.operator")
+
+
+@dataclass
+class OperatorConfig:
+    """What `fgpu operator` was started with (CLI flags; the Helm chart sets them)."""
+
+    kubeconfig: str | None = None
+    policy: str = "fgpu"
+    qps: float = 500.0
+    burst: int = 1000
+    binds_in_flight: int = 64
+    leader_elect: bool = True
+    lease_namespace: str = "kube-system"
+    lease_name: str = "fgpu-scheduler"
+    identity: str | None = None
+
+
+#: Set by `run` before Kopf starts (Kopf handlers are module-level functions).
+CONFIG = OperatorConfig()
+
+
+async def initial_sync(api: ApiSession, scheduler: Scheduler) -> None:
+    """List nodes, then pods, into the model (raw JSON, one request each) before any decision."""
+    for path, feed in (("/api/v1/nodes", scheduler.on_node), ("/api/v1/pods", scheduler.on_pod)):
+        out = await api.request("GET", path)
+        if not out.ok:
+            raise kopf.PermanentError(f"cannot list {path}: {out}")
+        for item in out.body.get("items", []):
+            feed("ADDED", item)
+
+
+@kopf.on.startup()
+async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
+    settings.peering.standalone = True  # Kopf peering only pauses handlers; the Lease below elects
+    settings.posting.enabled = False  # no Kopf log events on objects
+    settings.watching.server_timeout = 300
+    settings.networking.request_timeout = 60
+    creds = kubeconfig.load(CONFIG.kubeconfig)
+    limits = Limits(qps=CONFIG.qps, burst=CONFIG.burst, max_in_flight=CONFIG.binds_in_flight)
+    memo.api = ApiSession(creds, limits)
+    memo.api.open()
+    memo.side_api = ApiSession(creds, Limits(qps=50, burst=100, max_in_flight=8))  # events, lease: apart
+    memo.side_api.open()
+    memo.events = EventRecorder(memo.side_api)
+    elector = None
+    if CONFIG.leader_elect:
+        elector = LeaderElector(memo.side_api, CONFIG.lease_name, CONFIG.lease_namespace, CONFIG.identity)
+    memo.elector = elector
+    memo.scheduler = Scheduler(LiveCluster(policy=CONFIG.policy), memo.api, memo.events,
+                               is_leader=(lambda: elector.is_leader) if elector else (lambda: True),
+                               max_binds_in_flight=CONFIG.binds_in_flight)
+    await initial_sync(memo.api, memo.scheduler)
+    memo.tasks = [asyncio.create_task(memo.scheduler.run(), name="fgpu-scheduler")]
+    if elector is not None:
+        memo.tasks.append(asyncio.create_task(elector.run(), name="fgpu-leader-election"))
+        memo.tasks.append(asyncio.create_task(_wake_on_leadership(elector, memo.scheduler)))
+    log.info("fgpu scheduler started: %d nodes, %d allocations restored", len(memo.scheduler.live.specs),
+             len(memo.scheduler.live.allocations))
+
+
+async def _wake_on_leadership(elector: LeaderElector, scheduler: Scheduler) -> None:
+    """A standby that becomes leader places whatever waited meanwhile."""
+    while True:
+        await elector.became_leader.wait()
+        elector.became_leader.clear()
+        scheduler.retry_waiting()
+
+
+@kopf.on.cleanup()
+async def stop(memo: kopf.Memo, **_) -> None:
+    for task in getattr(memo, "tasks", []):
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+    if getattr(memo, "scheduler", None) is not None:
+        await memo.scheduler.drain()
+    if getattr(memo, "events", None) is not None:
+        await memo.events.aclose()
+    for name in ("api", "side_api"):
+        if getattr(memo, name, None) is not None:
+            await getattr(memo, name).close()
+
+
+@kopf.on.event("", "v1", "nodes")
+def node_event(event: dict, memo: kopf.Memo, **_) -> None:
+    memo.scheduler.on_node(event.get("type") or "ADDED", event["object"])
+
+
+@kopf.on.event("", "v1", "pods")
+def pod_event(event: dict, memo: kopf.Memo, **_) -> None:
+    memo.scheduler.on_pod(event.get("type") or "ADDED", event["object"])

@@ -1,0 +1,217 @@
+"""The scheduler: pods with `schedulerName: fgpu-scheduler` in, Bindings out — kube-scheduler's
+assume-then-bind flow over the pure `LiveCluster`.
+
+Watch events (delivered by the Kopf handlers) keep the model true: nodes and their GPU inventory, and every
+bound pod (any scheduler's: their CPU counts too) restored from its hand-off annotation. A pending pod is
+decided at once and reserved in memory (assume); the Binding — node name and hand-off annotation in one
+atomic write — goes out with bounded concurrency; a failed write releases the reservation. A pod that fits
+nowhere gets PodScheduled=False and a FailedScheduling event with the core's explanation, and is parked until
+capacity changes (a pod released, a node added or changed, a GPU healthy again): no polling.
+
+Only the leader (a coordination Lease) binds; a standby keeps the same model warm from the same watches.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from fgpu_contracts import keys
+from fgpu_contracts.errors import InputError
+
+from ..kube.events import EventRecorder
+from ..kube.outcome import Result
+from ..kube.pods import bind, set_unschedulable
+from ..kube.session import ApiSession
+from ..kube.times import parse as parse_time
+from ..kube.times import timestamp
+from ..placement.live import Allocation, LiveCluster
+from . import translate
+
+log = logging.getLogger("fgpu.scheduler")
+FINISHED = ("Succeeded", "Failed")
+
+
+@dataclass
+class Stats:
+    """Counters the metrics exporter reads (scheduling attempts by outcome, create->bound latency)."""
+
+    attempts: dict[str, int] = field(default_factory=dict)
+    bound_latency_s: list[float] = field(default_factory=list)  # drained by the exporter
+
+    def count(self, outcome: str) -> None:
+        self.attempts[outcome] = self.attempts.get(outcome, 0) + 1
+
+
+@dataclass
+class Pending:
+    pod: dict
+    request: object  # GpuRequest | None
+    message: str = ""  # the last explanation written on the pod
+
+
+class Scheduler:
+    """Feed it watch events (`on_pod`, `on_node`); `run()` places pending pods while `is_leader()`."""
+
+    def __init__(self, live: LiveCluster, api: ApiSession, events: EventRecorder,
+                 is_leader: Callable[[], bool] = lambda: True, scheduler_name: str = keys.SCHEDULER_NAME,
+                 max_binds_in_flight: int = 64):
+        self.live, self.api, self.events = live, api, events
+        self.is_leader, self.scheduler_name = is_leader, scheduler_name
+        self.queue: OrderedDict[str, Pending] = OrderedDict()  # uid -> pod waiting for a decision
+        self.parked: dict[str, Pending] = {}  # uid -> pod that fit nowhere at its last try
+        self.binding: set[str] = set()  # uids whose Binding is in flight
+        self.stats = Stats()
+        self._wake = asyncio.Event()
+        self._slots = asyncio.Semaphore(max_binds_in_flight)
+        self._tasks: set[asyncio.Task] = set()
+        self._seen_bound: dict[str, dict] = {}  # uid -> bound pod seen while our own Binding was in flight
+
+    # --- watch events (synchronous: they only update memory) ---------------------------------------------
+    def on_node(self, kind: str, node: dict) -> None:
+        name = (node.get("metadata") or {}).get("name", "")
+        if kind == "DELETED":
+            for uid in self.live.remove_node(name):
+                log.warning("node %s deleted with pod %s allocated on it", name, uid)
+            return
+        if self.live.upsert_node(translate.node_spec(node)):
+            self.retry_waiting()
+
+    def on_pod(self, kind: str, pod: dict) -> None:
+        meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+        uid = meta.get("uid", "")
+        if kind == "DELETED" or status.get("phase") in FINISHED:
+            self._forget(uid)
+            return
+        node = spec.get("nodeName")
+        if node:
+            self.queue.pop(uid, None)
+            self.parked.pop(uid, None)
+            if uid in self.binding:
+                self._seen_bound[uid] = pod  # ours landed, or another scheduler's did: `_bind` decides
+            elif uid not in self.live.allocations:
+                self._restore(uid, pod, node)
+            return
+        if spec.get("schedulerName") != self.scheduler_name or meta.get("deletionTimestamp"):
+            return
+        if uid in self.binding or uid in self.live.allocations:
+            return
+        entry = self.parked.get(uid)
+        if entry is not None:
+            entry.pod = pod  # keep waiting, with the fresh object
+            return
+        self.queue[uid] = Pending(pod, translate.gpu_request(pod))
+        self._wake.set()
+
+    def _forget(self, uid: str) -> None:
+        self.queue.pop(uid, None)
+        self.parked.pop(uid, None)
+        self.events.forget(uid)
+        if uid not in self.binding and self.live.release(uid) is not None:
+            self.retry_waiting()
+
+    def _restore(self, uid: str, pod: dict, node: str) -> None:
+        request = translate.gpu_request(pod)
+        bound = translate.bound_devices(pod)
+        try:
+            core = translate.core_request(pod, request if bound else None)
+        except InputError:
+            core = translate.core_request(pod, None)
+        self.live.restore(uid, core, node, bound.gpus if bound else (), bound.mig if bound else ())
+
+    def retry_waiting(self) -> None:
+        """Capacity changed: every parked pod gets another try (kube-scheduler's move to the active queue)."""
+        if self.parked:
+            self.queue.update(self.parked)
+            self.parked.clear()
+        self._wake.set()
+
+    # --- the loop ------------------------------------------------------------------------------------------
+    async def run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self.queue and self.is_leader():
+                uid, entry = self.queue.popitem(last=False)
+                await self._schedule_one(uid, entry)
+                await asyncio.sleep(0)  # let watch events in between decisions
+
+    async def _schedule_one(self, uid: str, entry: Pending) -> None:
+        pod, request = entry.pod, entry.request
+        try:
+            core = translate.core_request(pod, request)
+            policy = request.node_policy if request is not None else None
+            outcome = self.live.schedule(uid, core, policy)
+        except InputError as err:  # a shape the core does not place: say so on the pod, never guess
+            outcome = str(err)
+        if isinstance(outcome, Allocation):
+            self.stats.count("scheduled")
+            self.binding.add(uid)
+            await self._slots.acquire()
+            task = asyncio.create_task(self._bind(uid, entry, outcome))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            return
+        self.stats.count("unschedulable")
+        message = str(outcome)
+        self.parked[uid] = entry
+        if message != entry.message:
+            entry.message = message
+            meta = pod.get("metadata") or {}
+            await set_unschedulable(self.api, meta.get("namespace", ""), meta.get("name", ""), message, pod=pod)
+            await self.events.emit(meta.get("namespace", ""), meta.get("name", ""), uid, "FailedScheduling",
+                                   message)
+
+    async def _bind(self, uid: str, entry: Pending, allocation: Allocation) -> None:
+        meta = entry.pod.get("metadata") or {}
+        ns, name = meta.get("namespace", ""), meta.get("name", "")
+        try:
+            annotations = {}
+            if entry.request is not None:
+                mem = {u: int(m) for u, m in self._gpu_memory(allocation).items()}
+                assignment = translate.assignment_for(allocation, entry.request, mem)
+                annotations = translate.binding_annotations(assignment, timestamp(micro=True))
+            if not self.is_leader():  # lost the lease while waiting: the new leader decides
+                self.live.release(uid)
+                return
+            out = await bind(self.api, ns, name, uid, allocation.node, annotations)
+            if out.ok:
+                self.stats.count("bound")
+                created = meta.get("creationTimestamp")
+                if created:
+                    started = parse_time(created)
+                    if started is not None:
+                        self.stats.bound_latency_s.append(max(0.0, time.time() - started.timestamp()))
+                await self.events.emit(ns, name, uid, "Scheduled",
+                                       f"Successfully assigned {ns}/{name} to {allocation.node}", type="Normal")
+                return
+            self.stats.count(f"bind_{out.result}")
+            self.live.release(uid)
+            bound = self._seen_bound.get(uid)
+            if bound is not None:  # someone else bound it meanwhile: what runs is theirs
+                self._restore(uid, bound, bound["spec"]["nodeName"])
+                return
+            if out.result is Result.UNAVAILABLE or out.result is Result.FAILED:
+                log.warning("binding %s/%s to %s failed: %s; retrying", ns, name, allocation.node, out)
+                self.queue[uid] = entry
+                self._wake.set()
+            elif out.result is not Result.GONE:
+                log.info("binding %s/%s to %s: %s", ns, name, allocation.node, out)
+        finally:
+            self.binding.discard(uid)
+            self._seen_bound.pop(uid, None)
+            self._slots.release()
+
+    def _gpu_memory(self, allocation: Allocation) -> dict[str, int]:
+        """Memory (MiB) of each GPU the allocation names, from the node's inventory."""
+        spec = self.live.specs.get(allocation.node)
+        mem = {g.uuid: g.mem_mib for g in spec.gpus} if spec else {}
+        return {u: mem.get(u, 0) for u in allocation.gpus}
+
+    async def drain(self) -> None:
+        """Wait for in-flight binds (tests, shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)

@@ -1,0 +1,249 @@
+"""Kubernetes objects (raw dicts, as the watch delivers them) to the placement core's terms and back: a Node
+and its GPU inventory to a `NodeSpec`, a pod and its canonical GPU request to a `Request`, a decision to the
+hand-off `Assignment` written on the Binding, and a bound pod's assignment back to what `restore` needs.
+
+Pure and synchronous: the Kopf handlers call it on every event, so it parses only what placement reads.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from decimal import Decimal
+
+import pydantic
+from kubernetes.utils.quantity import parse_quantity
+
+from fgpu_contracts import keys
+from fgpu_contracts.assignment import (
+    Assignment,
+    ContainerAssignment,
+    DeviceShare,
+    dump_assignment,
+    parse_assignment,
+)
+from fgpu_contracts.errors import InputError
+from fgpu_contracts.inventory import parse_inventory
+from fgpu_contracts.request import MILLI, GpuRequest, load_request
+
+from ..placement.gpus import canonical_model
+from ..placement.live import Allocation
+from ..placement.model import (
+    Constraints,
+    GpuInfo,
+    MigSlot,
+    NodeSpec,
+    Request,
+    SelectorTerm,
+    Taint,
+    Toleration,
+)
+
+_MIB = 1 << 20
+#: Resource names kube-scheduler counts as plain scalars; everything with a domain is an extended resource.
+_NATIVE = ("cpu", "memory", "ephemeral-storage", "pods")
+
+
+def _quantity(value: object) -> Decimal:
+    try:
+        q = parse_quantity(value)
+    except (ValueError, TypeError, ArithmeticError):
+        return Decimal(0)
+    return q if q.is_finite() and q > 0 else Decimal(0)
+
+
+def _extended(resources: dict) -> dict[str, int]:
+    return {k: int(_quantity(v)) for k, v in (resources or {}).items()
+            if "/" in k and not k.startswith(("hugepages-", "kubernetes.io/")) and k not in _NATIVE}
+
+
+# --- nodes -------------------------------------------------------------------------------------------------
+def node_spec(node: dict) -> NodeSpec:
+    """A Node (and its `fgpu.io/gpu-inventory` annotation) as the core sees it. A node whose inventory is
+    missing or malformed has no GPUs: fgpu places nothing there until its device plugin publishes one."""
+    meta, spec, status = node.get("metadata", {}), node.get("spec") or {}, node.get("status") or {}
+    alloc = status.get("allocatable") or status.get("capacity") or {}
+    gpus = inventory_gpus(meta.get("annotations") or {})
+    taints = tuple(Taint(t.get("key", ""), t.get("value", "") or "", t.get("effect", "NoSchedule"))
+                   for t in spec.get("taints") or ())
+    models = {g.model for g in gpus}
+    return NodeSpec(
+        name=meta.get("name", ""),
+        cpu_milli=int(_quantity(alloc.get("cpu", 0)) * 1000),
+        memory_mib=int(_quantity(alloc.get("memory", 0)) / _MIB),
+        num_gpu=len(gpus),
+        model=models.pop() if len(models) == 1 else ("mixed" if models else ""),
+        gpus=gpus,
+        labels=tuple(sorted((meta.get("labels") or {}).items())),
+        taints=taints,
+        unschedulable=bool(spec.get("unschedulable")),
+        extended=tuple(sorted(_extended(alloc).items())),
+        max_pods=int(_quantity(alloc.get("pods", 110))) or 110,
+    )
+
+
+def inventory_gpus(annotations: dict) -> tuple[GpuInfo, ...]:
+    raw = annotations.get(keys.INVENTORY)
+    if not raw:
+        return ()
+    try:
+        inv = parse_inventory(raw)
+    except InputError:
+        return ()
+    return tuple(
+        GpuInfo(g.uuid, canonical_model(g.model), g.mem_bytes // _MIB, g.sms, g.sharing, g.healthy,
+                tuple(MigSlot(m.uuid, m.profile, m.mem_bytes // _MIB, m.sms, m.healthy) for m in g.mig))
+        for g in inv.gpus)
+
+
+# --- pods --------------------------------------------------------------------------------------------------
+def pod_key(pod: dict) -> str:
+    meta = pod.get("metadata", {})
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def pod_resources(pod: dict) -> tuple[int, int, dict[str, int]]:
+    """(CPU milli, memory MiB, extended resources) the pod requests, as kube-scheduler sums them:
+    containers added up, each init container alone, the larger of the two, plus overhead."""
+    spec = pod.get("spec") or {}
+
+    def requests(c: dict) -> dict:
+        res = c.get("resources") or {}
+        return {**(res.get("limits") or {}), **(res.get("requests") or {})}  # requests default to limits
+
+    total: dict[str, Decimal] = {}
+    for c in spec.get("containers") or ():
+        for k, v in requests(c).items():
+            total[k] = total.get(k, Decimal(0)) + _quantity(v)
+    for c in spec.get("initContainers") or ():
+        for k, v in requests(c).items():
+            total[k] = max(total.get(k, Decimal(0)), _quantity(v))
+    for k, v in (spec.get("overhead") or {}).items():
+        total[k] = total.get(k, Decimal(0)) + _quantity(v)
+    ext = {k: int(v) for k, v in total.items() if "/" in k and not k.startswith(("hugepages-", "kubernetes.io/"))}
+    return int(total.get("cpu", 0) * 1000), int(math.ceil(total.get("memory", 0) / _MIB)), ext
+
+
+def gpu_request(pod: dict) -> GpuRequest | None:
+    """The canonical request the webhook wrote (`fgpu.io/request`); None if absent or unreadable."""
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(keys.REQUEST)
+    if not raw:
+        return None
+    try:
+        return load_request(raw)
+    except (pydantic.ValidationError, ValueError):
+        return None
+
+
+class Unsupported(InputError):
+    """A request the core cannot place as asked (said to the user on the pod, never mis-scheduled)."""
+
+
+def core_request(pod: dict, request: GpuRequest | None) -> Request:
+    """The core's view of a pod: its CPU/memory/extended resources, its GPU shape and its constraints."""
+    spec = pod.get("spec") or {}
+    cpu, mem, ext = pod_resources(pod)
+    constraints = Constraints(
+        node_selector=tuple(sorted((spec.get("nodeSelector") or {}).items())),
+        affinity_terms=_affinity_terms(spec),
+        tolerations=tuple(Toleration(t.get("key", "") or "", t.get("operator", "Equal") or "Equal",
+                                     t.get("value", "") or "", t.get("effect", "") or "")
+                          for t in spec.get("tolerations") or ()),
+        extended=tuple(sorted(ext.items())),
+        **(_gpu_constraints(request) if request else {}),
+    )
+    name = pod_key(pod)
+    if request is None:
+        return Request(name, cpu, mem, constraints=constraints)
+    shape = _one_shape(request)
+    models = tuple(canonical_model(m) for m in request.models)
+    return Request(
+        name, cpu, mem, num_gpu=sum(c.count for c in request.containers), gpu_milli=shape.milli_gpu,
+        gpu_models=models, gpu_mem_mib=-(-shape.mem_bytes // _MIB) if shape.mem_bytes else 0,
+        sm_pct=shape.effective_sm_pct, priority=0 if request.priority == "high" else 1,
+        gpu_mem_pct=shape.mem_pct or 0, mig_profile=shape.mig_profile or "", constraints=constraints)
+
+
+def _one_shape(request: GpuRequest):
+    """The core places N devices of one shape per pod: several GPU containers must agree on it."""
+    first = request.containers[0]
+    shape = first.model_copy(update={"container": "*", "count": 1})
+    for c in request.containers[1:]:
+        if c.model_copy(update={"container": "*", "count": 1}) != shape:
+            raise Unsupported(f"containers {first.container} and {c.container} ask for different GPU shares; "
+                              "fgpu places one share shape per pod", field="spec.containers")
+    if len(request.containers) > 1 and first.is_share:
+        raise Unsupported("more than one container asks for a share of one GPU; give the share to one "
+                          "container", field="spec.containers")
+    return shape
+
+
+def _gpu_constraints(request: GpuRequest) -> dict:
+    return {
+        "exclude_models": tuple(canonical_model(m) for m in request.exclude_models),
+        "uuids": request.uuids, "exclude_uuids": request.exclude_uuids,
+        "affinity_group": request.affinity or "", "anti_affinity_group": request.anti_affinity or "",
+        "exclusion_group": request.exclusion or "",
+        "gpu_policy": request.gpu_policy if request.gpu_policy == "spread" else "",
+    }
+
+
+def _affinity_terms(spec: dict) -> tuple[SelectorTerm, ...]:
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = []
+    for term in required.get("nodeSelectorTerms") or ():
+        exprs = [(e.get("key", ""), e.get("operator", ""), tuple(e.get("values") or ()))
+                 for e in term.get("matchExpressions") or ()]
+        exprs += [("metadata.name" if e.get("key") == "metadata.name" else "\0field:" + str(e.get("key")),
+                   e.get("operator", ""), tuple(e.get("values") or ())) for e in term.get("matchFields") or ()]
+        terms.append(SelectorTerm(tuple(exprs)))
+    return tuple(terms)
+
+
+# --- decisions on the wire ---------------------------------------------------------------------------------
+def assignment_for(allocation: Allocation, request: GpuRequest, gpu_mem_mib: dict[str, int]) -> Assignment:
+    """The hand-off for the device plugin: per container, its devices with the share it was given.
+    `gpu_mem_mib` maps the allocation's GPU UUIDs to their memory (to turn a share into bytes)."""
+    devices = iter(allocation.mig or allocation.gpus)
+    containers = []
+    for c in request.containers:
+        shares = []
+        for _ in range(c.count):
+            uuid = next(devices)
+            if c.is_mig:
+                shares.append(DeviceShare(uuid=uuid, mig_profile=c.mig_profile))
+                continue
+            cap = gpu_mem_mib.get(uuid, 0) * _MIB
+            mem = c.mem_bytes or (cap * c.mem_pct // 100 if c.mem_pct else cap * c.milli_gpu // MILLI)
+            shares.append(DeviceShare(uuid=uuid, milli_gpu=c.milli_gpu, mem_bytes=mem or None,
+                                      sm_pct=c.effective_sm_pct))
+        containers.append(ContainerAssignment(name=c.container, devices=shares,
+                                              priority=0 if request.priority == "high" else 1))
+    return Assignment(node=allocation.node, containers=containers)
+
+
+def binding_annotations(assignment: Assignment, now: str) -> dict[str, str]:
+    return {keys.ASSIGNMENT: dump_assignment(assignment), keys.ASSIGNED_AT: now}
+
+
+@dataclass(frozen=True)
+class Bound:
+    """What a bound pod holds, read back from its hand-off annotation (for `LiveCluster.restore`)."""
+
+    node: str
+    gpus: tuple[str, ...]
+    mig: tuple[str, ...]
+
+
+def bound_devices(pod: dict) -> Bound | None:
+    """The devices a bound pod's assignment names; None when it has no readable assignment."""
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(keys.ASSIGNMENT)
+    if not raw:
+        return None
+    try:
+        a = parse_assignment(raw)
+    except InputError:
+        return None
+    devices = [d for c in a.containers for d in c.devices]
+    return Bound(a.node, tuple(d.uuid for d in devices if not d.mig_profile),
+                 tuple(d.uuid for d in devices if d.mig_profile))

@@ -1,0 +1,128 @@
+"""The operator against the real control plane: `fgpu operator` as a process, KWOK nodes carrying a GPU
+inventory, pods that ask for shares. Fractional pods are packed as the core decides, bound with their
+hand-off annotation in the same write, a pod that fits nowhere stays Pending with kube-scheduler's words,
+and is bound once a deletion frees room."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fgpu_contracts import keys
+from fgpu_contracts.request import ContainerRequest, GpuRequest, dump_request
+
+pytestmark = pytest.mark.e2e
+GIB = 1 << 30
+FGPU = str(Path(sys.executable).with_name("fgpu"))
+
+
+def inventory(node: str, model: str, count: int, mem: int) -> str:
+    gpus = [{"index": i, "uuid": f"GPU-{node}-{i}", "model": model, "shortName": model.split("-")[0],
+             "memBytes": mem, "sms": 132, "sharing": "fractional", "replicas": 10, "healthy": True, "xid": None,
+             "mig": []} for i in range(count)]
+    return json.dumps({"version": "v1", "node": node, "migStrategy": "none", "memoryQuota": "hard",
+                       "timeDilation": 1.0, "resources": {"nvidia.com/gpu": 10 * count}, "nodeResources": {},
+                       "gpus": gpus}, separators=(",", ":"), sort_keys=True)
+
+
+def gpu_node(make_kwok_node, k8s, name: str, model: str = "H100-SXM5-80GB", count: int = 2, mem: int = 80 * GIB):
+    from kubernetes import client
+
+    make_kwok_node(name, {"nvidia.com/gpu": 10 * count})
+    with k8s.api() as api:
+        client.CoreV1Api(api).patch_node(name, {"metadata": {"annotations": {keys.INVENTORY: inventory(
+            name, model, count, mem)}}})
+
+
+def share_pod(name: str, milli: int, mem_gib: int = 0) -> dict:
+    req = GpuRequest(containers=[ContainerRequest(container="main", milli_gpu=milli,
+                                                  mem_bytes=mem_gib * GIB or None)])
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "annotations": {keys.REQUEST: dump_request(req)}},
+            "spec": {"schedulerName": keys.SCHEDULER_NAME, "containers": [{
+                "name": "main", "image": "busybox",
+                "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"cpu": "100m"}}}]}}
+
+
+@pytest.fixture
+def operator_process(k8s, kubeconfig_env, tmp_path):
+    log = tmp_path / "operator.log"
+    env = {**os.environ, "KUBECONFIG": str(k8s.kubeconfig)}
+    proc = subprocess.Popen([FGPU, "operator", "--no-leader-elect", "--policy", "binpack"], env=env,
+                            stdout=open(log, "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
+    deadline = time.monotonic() + 60
+    while "fgpu scheduler started" not in log.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"operator did not start:\n{log.read_text(errors='replace')[-3000:]}", pytrace=False)
+        time.sleep(0.2)
+    yield proc
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def wait_for(predicate, timeout=30.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    pytest.fail(f"timed out waiting for {what}", pytrace=False)
+
+
+def test_fractional_pods_packed_bound_atomically_pending_explained_then_placed(
+        k8s, kwok, make_kwok_node, namespace, operator_process):
+    from kubernetes import client
+
+    gpu_node(make_kwok_node, k8s, "op-h100")
+    with k8s.api() as api:
+        core = client.CoreV1Api(api)
+
+        def condition(name):
+            status = core.read_namespaced_pod(name, namespace).status
+            return next((c for c in status.conditions or () if c.type == "PodScheduled"), None)
+
+        core.create_namespaced_pod(namespace, share_pod("big", 300, 100))  # more memory than an H100 has
+        memory = "0/1 nodes are available: 1 Insufficient GPU memory."  # (once the inventory is seen)
+        big = wait_for(lambda: (c := condition("big")) is not None and c.message == memory and c,
+                       what="big's PodScheduled condition")
+        assert (big.status, big.reason) == ("False", "Unschedulable")
+        for i in range(6):
+            core.create_namespaced_pod(namespace, share_pod(f"s{i}", 300, 8))
+
+        def bound():
+            pods = core.list_namespaced_pod(namespace).items
+            pods = [p for p in pods if p.metadata.name != "big"]
+            return pods if len(pods) == 6 and all(p.spec.node_name for p in pods) else None
+
+        pods = wait_for(bound, what="6 pods bound")
+        per_gpu: dict[str, int] = {}
+        for p in pods:
+            a = json.loads(p.metadata.annotations[keys.ASSIGNMENT])  # landed with the binding itself
+            assert a["node"] == "op-h100" == p.spec.node_name
+            (device,) = a["containers"][0]["devices"]
+            assert (device["milliGpu"], device["memBytes"], device["smPct"]) == (300, 8 * GIB, 30)
+            per_gpu[device["uuid"]] = per_gpu.get(device["uuid"], 0) + 300
+        assert sorted(per_gpu.values()) == [900, 900]  # three 0.3 shares per GPU: packed
+
+        core.create_namespaced_pod(namespace, share_pod("late", 300))  # fits no GPU now (0.1 left on each)
+        late = wait_for(lambda: condition("late"), what="late's condition")
+        assert late.message == "0/1 nodes are available: 1 Insufficient GPU."
+        assert condition("big").message == memory  # not re-explained as full: it never fit
+        events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=late").items
+        assert any(e.reason == "FailedScheduling" and e.message == late.message for e in events)
+
+        core.delete_namespaced_pod("s0", namespace, grace_period_seconds=0)
+        node = wait_for(lambda: core.read_namespaced_pod("late", namespace).spec.node_name,
+                        what="late bound after a deletion freed 0.3 of a GPU")
+        assert node == "op-h100"
+        assert core.read_namespaced_pod("big", namespace).spec.node_name is None
