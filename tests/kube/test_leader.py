@@ -42,11 +42,11 @@ async def test_first_candidate_creates_the_lease_and_renews_it(fake_api, api):
 async def test_a_live_lease_is_taken_only_when_it_expires(fake_api, api):
     held_by(fake_api, "other", renewed_ago_s=0, transitions=4)
     expiry = parse(fake_api.leases[LEASE]["spec"]["renewTime"]) + dt.timedelta(seconds=2)
-    e = elector(api)
+    e = elector(api, retry_s=0.9)  # polling alone would be up to 0.9 s late
     async with e.running():
         await asyncio.wait_for(e.became_leader.wait(), 4)
         late = (dt.datetime.now(dt.UTC) - expiry).total_seconds()
-        assert 0 <= late < 0.3, f"took over {late:.2f} s after expiry"  # woke at expiry, not on a later poll
+        assert 0 <= late < 0.4, f"took over {late:.2f} s after expiry"  # woke at expiry, not on a later poll
         assert (e.holder, e.transitions) == ("me", 5)
 
 
@@ -66,7 +66,7 @@ async def test_leader_steps_down_within_the_renew_deadline_when_renews_fail(fake
         fake_api.lease_status = 500
         failing = time.monotonic()
         await asyncio.wait_for(e.lost_leadership.wait(), 2)
-        assert time.monotonic() - failing <= 1.0 + 0.1  # renew deadline (+ loop slack), well before lease_s
+        assert time.monotonic() - failing < 1.5  # by the renew deadline (1 s), before the lease (2 s) ends
         assert not e.is_leader and not e.became_leader.is_set() and stopped == [1]
         fake_api.lease_status = 0  # the apiserver is back: campaign again
         await asyncio.wait_for(e.became_leader.wait(), 2)
@@ -79,7 +79,7 @@ async def test_is_leader_turns_false_on_time_while_a_renew_hangs(fake_api, api):
         fake_api.delay_s = 5  # the apiserver stops answering
         hung = time.monotonic()
         await until(lambda: not e.is_leader, timeout=2)
-        assert time.monotonic() - hung <= 1.0 + 0.05
+        assert time.monotonic() - hung < 1.2  # the renew deadline, however long the request hangs
 
 
 async def test_clean_exit_releases_the_lease(fake_api, api):
