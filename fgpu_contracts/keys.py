@@ -90,6 +90,18 @@ TAKEOVER_SCHEDULERS = ("hami-scheduler", "kai-scheduler", "kubeshare-scheduler",
 # --- the operator's own objects -------------------------------------------------------------------------------
 CRD_GROUP = GROUP
 CRD_VERSION = "v1alpha1"
+CRD_API_VERSION = f"{CRD_GROUP}/{CRD_VERSION}"
+GPUNODE_KIND = "GPUNode"  # one per node, named after it (deploy/crds/gpunode.yaml)
 GPUNODE_PLURAL = "gpunodes"
+SCHEDULING_POLICY_KIND = "SchedulingPolicy"  # cluster-wide defaults (deploy/crds/schedulingpolicy.yaml)
 SCHEDULING_POLICY_PLURAL = "schedulingpolicies"
 LEASE_NAME = "fgpu-scheduler"
+
+# --- peers' spellings fgpu refuses, with the translation in the message (the admission webhook) ---------------
+#: Volcano's vGPU resources (HAMi-core underneath): the same meaning as HAMi's gpu / gpumem (MiB) / gpucores.
+VOLCANO_VGPU_NUMBER = "volcano.sh/vgpu-number"
+VOLCANO_VGPU_MEMORY = "volcano.sh/vgpu-memory"
+VOLCANO_VGPU_CORES = "volcano.sh/vgpu-cores"
+#: tkestack gpu-manager: vcuda-core 100 = one GPU; vcuda-memory in 256 MiB units.
+TENCENT_VCUDA_CORE = "tencent.com/vcuda-core"
+TENCENT_VCUDA_MEMORY = "tencent.com/vcuda-memory"

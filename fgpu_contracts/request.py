@@ -24,8 +24,15 @@ class ContainerRequest(_Model):
     """What one container asks for. Exactly one of three kinds:
 
     - a share of GPUs: `count` devices, each giving `milli_gpu` (1..1000) of compute time, `mem_bytes` (or
-      `mem_pct` of the device) of memory and `sm_pct` of its SMs; `milli_gpu == 1000` is a whole GPU;
-    - a MIG instance: `mig_profile` set, `count` instances of it (milli/memory/SM fields unused)."""
+      `mem_pct` of the device) of memory and `sm_pct` of its SMs; `milli_gpu == 1000` is a whole GPU. Every
+      device of a container gets the same share (HAMi's `nvidia.com/gpu: 2` + `gpumem`, KAI's
+      `gpu-fraction-num-devices`); whether the scheduler places several devices of less than one GPU each
+      is the scheduler's call, not the contract's;
+    - a MIG instance: `mig_profile` set, `count` instances of it (milli/memory/SM fields unused).
+
+    A share asked by memory alone (HAMi `gpumem`, Aliyun `gpu-mem`, KAI `gpu-memory`) carries the webhook's
+    estimate of its compute share in `milli_gpu` (its memory's share of the cluster's largest GPU) and
+    `sm_pct` 100: such a share reserves memory and is not throttled, as in HAMi and gpushare."""
 
     container: str = pydantic.Field(min_length=1)
     count: int = pydantic.Field(default=1, ge=1, le=64)
@@ -37,8 +44,6 @@ class ContainerRequest(_Model):
 
     @pydantic.model_validator(mode="after")
     def _consistent(self) -> ContainerRequest:
-        if self.milli_gpu < MILLI and self.count != 1:
-            raise ValueError("a fraction below one GPU is for a single device (count 1)")
         if self.mem_bytes is not None and self.mem_pct is not None:
             raise ValueError("give memory in bytes or in percent, not both")
         return self

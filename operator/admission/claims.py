@@ -1,0 +1,108 @@
+"""Every spelling says something about a few attributes (a container's compute share, its memory, the pod's
+priority, ...): a `Claim`. A pod may use several spellings at once (HAMi resources with fgpu annotations, a
+KAI fraction and fgpu's); they must agree, attribute by attribute, or the pod is refused with both spellings
+named. What agrees becomes the canonical `GpuRequest`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pydantic
+
+from fgpu_contracts.errors import InputError
+from fgpu_contracts.request import MILLI, ContainerRequest, GpuRequest
+
+from .config import AdmissionConfig
+from .gpus import memory_share_milli
+from .podview import PodView
+from .quantity import show
+
+#: `source` when spellings mix: the most specific one names the request.
+SOURCES = ("fgpu", "kai", "kubeshare", "hami", "aliyun", "nvidia")
+_WHAT = {  # attribute -> how a message names it and its unit
+    "count": ("device count", "devices"), "milli_gpu": ("compute share", "milli-GPU"),
+    "mem_bytes": ("memory per device", "bytes"), "mem_pct": ("memory share", "%"),
+    "sm_pct": ("SM limit", "%"), "mig_profile": ("MIG profile", ""),
+}
+_SHARE_ATTRS = ("milli_gpu", "mem_bytes", "mem_pct", "sm_pct")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What one spelling (`field`, as the user wrote `text`) says about one attribute. `container` is None
+    for pod-level attributes (priority, models, policies, groups, source)."""
+
+    attr: str
+    value: object
+    field: str
+    text: object
+    source: str
+    container: str | None = None
+
+
+def _agreed(claims: list[Claim]) -> dict[tuple[str | None, str], Claim]:
+    chosen: dict[tuple[str | None, str], Claim] = {}
+    for c in claims:
+        first = chosen.setdefault((c.container, c.attr), c)
+        if first.value != c.value:
+            what, unit = _WHAT.get(c.attr, (c.attr.replace("_", " "), ""))
+            where = f" for container {c.container!r}" if c.container else ""
+            raise InputError(
+                f"{show(first.text)} disagrees with {c.field}={show(c.text)} on the {what}{where} "
+                f"({first.value} vs {c.value}{' ' + unit if unit else ''}); give one of them, or equal values",
+                field=first.field)
+    return chosen
+
+
+def _container(name: str, got: dict[str, Claim], view: PodView, config: AdmissionConfig) -> ContainerRequest:
+    value = {attr: c.value for attr, c in got.items()}
+    if "mig_profile" in got:
+        share = next((got[a] for a in _SHARE_ATTRS if a in got), None)
+        if share is not None:
+            raise InputError(f"{show(share.text)} cannot be combined with {got['mig_profile'].field}: a MIG "
+                             "instance is a fixed slice with no fraction, memory or SM limit of its own",
+                             field=share.field, allowed=["a MIG profile alone, or a share without one"])
+    if "mem_bytes" in got and "mem_pct" in got:
+        raise InputError(f"{show(got['mem_bytes'].text)} cannot be combined with {got['mem_pct'].field}",
+                         field=got["mem_bytes"].field, allowed=["memory in bytes or in percent, not both"])
+    if "mem_bytes" in got and config.max_gpu_memory_bytes and value["mem_bytes"] > config.max_gpu_memory_bytes:
+        raise InputError(f"{show(got['mem_bytes'].text)} is more than the largest GPU in the cluster has "
+                         f"({config.max_gpu_memory_bytes >> 20} MiB)", field=got["mem_bytes"].field,
+                         allowed=[f"at most {config.max_gpu_memory_bytes >> 20} MiB per device"])
+    memory = "mem_bytes" in got or "mem_pct" in got
+    if "milli_gpu" not in got and "mig_profile" not in got:
+        if memory:  # sized by memory: HAMi/gpushare/KAI reserve no compute and throttle nothing
+            value["milli_gpu"] = memory_share_milli(value.get("mem_bytes"), value.get("mem_pct"), config)
+            value.setdefault("sm_pct", 100)
+        elif "sm_pct" in got:
+            raise InputError(f"{show(got['sm_pct'].text)} limits a share but does not size one",
+                             field=got["sm_pct"].field, allowed=["with a fraction or a memory amount"])
+        else:
+            value["milli_gpu"] = MILLI
+    if view.container(name).privileged and "mig_profile" not in value and (
+            value["milli_gpu"] < MILLI or memory and value.get("mem_pct") != 100):
+        raise InputError("a privileged container sees every GPU of its node, so it cannot hold a share of one",
+                         field=f"{view.container(name).field}.securityContext.privileged",
+                         allowed=["false", "or a whole GPU"])
+    return ContainerRequest(container=name, **value)
+
+
+def build(claims: list[Claim], view: PodView, config: AdmissionConfig) -> GpuRequest:
+    """The canonical request from claims that agree (one line naming both spellings where two do not)."""
+    chosen = _agreed(claims)
+    per: dict[str, dict[str, Claim]] = {}
+    for (container, attr), c in chosen.items():
+        if container is not None:
+            per.setdefault(container, {})[attr] = c
+    pod = {attr: c.value for (container, attr), c in chosen.items() if container is None}
+    used = {c.source for c in claims}
+    pod.setdefault("source", next(s for s in SOURCES if s in used))
+    order = [c.name for c in view.containers]
+    try:
+        containers = tuple(_container(n, per[n], view, config) for n in sorted(per, key=order.index))
+        return GpuRequest(containers=containers, **pod)
+    except pydantic.ValidationError as err:  # a rule the spellings' own checks missed: still one line
+        e = err.errors()[0]
+        raise InputError(f"{e['msg']} (at {'.'.join(str(p) for p in e['loc'])})", field="fgpu.io/request",
+                         allowed=None) from None
+

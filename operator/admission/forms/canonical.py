@@ -1,0 +1,81 @@
+"""`fgpu.io/request` as a spelling of its own: the canonical request, as the webhook writes it.
+
+A pod carries it when the webhook sees the pod a second time (reinvocation, or a manifest copied from an
+admitted pod, whose peer resources the first pass already rewrote). Reading it back makes admission
+idempotent. A user who writes it by hand gains nothing over fgpu's annotations: it is checked like any
+other spelling, and it must agree with the others. (The allocation hand-offs are another matter: see
+handoff.py.)
+"""
+from __future__ import annotations
+
+import pydantic
+
+from fgpu_contracts import keys
+from fgpu_contracts.errors import InputError
+from fgpu_contracts.request import GpuRequest, load_request
+
+from ..config import AdmissionConfig
+from ..gpus import mig_profile, resolve_models
+from ..podview import PodView
+from ..quantity import show
+from .common import Claims, choice, group, note, tokens
+
+_CONTAINER_ATTRS = ("count", "milli_gpu", "mem_bytes", "mem_pct", "sm_pct")
+_GROUPS = ("affinity", "anti_affinity", "exclusion")
+
+
+def _load(view: PodView) -> tuple[GpuRequest, str, str] | None:
+    got = note(view, keys.REQUEST)
+    if got is None:
+        return None
+    try:
+        return load_request(got[0]), *got
+    except pydantic.ValidationError as err:
+        e = err.errors()[0]
+        where = ".".join(str(p) for p in e["loc"])
+        raise InputError(f"is not a valid fgpu request: {e['msg']}{' at ' + where if where else ''}",
+                         field=got[1], allowed=["what fgpu's webhook writes, or no fgpu.io/request"]) from None
+
+
+def containers(view: PodView, config: AdmissionConfig) -> Claims:
+    loaded = _load(view)
+    if loaded is None:
+        return Claims("fgpu")
+    req, _, field = loaded
+    out = Claims(req.source)
+    for c in req.containers:
+        if view.container(c.container) is None:
+            raise InputError(f"names container {show(c.container)}, which the pod does not have", field=field,
+                             allowed=[x.name for x in view.containers])
+        for attr in _CONTAINER_ATTRS:
+            if (value := getattr(c, attr)) is not None:
+                out.add(attr, value, str(value), field, container=c.container)
+        if c.mig_profile is not None:
+            out.add("mig_profile", mig_profile(c.mig_profile, field), c.mig_profile, field, container=c.container)
+    return out
+
+
+def hints(view: PodView, config: AdmissionConfig) -> Claims:
+    loaded = _load(view)
+    if loaded is None:
+        return Claims("fgpu")
+    req, _, field = loaded
+    out = Claims(req.source)
+    out.add("source", req.source, req.source, field)
+    out.add("priority", req.priority, req.priority, field)
+    for attr in ("models", "exclude_models"):
+        if names := getattr(req, attr):
+            out.add(attr, resolve_models(",".join(names), field), ",".join(names), field)
+    for attr in ("uuids", "exclude_uuids"):
+        if ids := getattr(req, attr):
+            out.add(attr, tokens(",".join(ids), field, "GPU UUIDs"), ",".join(ids), field)
+    if req.node_policy is not None:
+        out.add("node_policy", choice(req.node_policy, field, config.node_policies), req.node_policy, field)
+    if req.gpu_policy is not None:
+        out.add("gpu_policy", choice(req.gpu_policy, field, ("binpack", "spread")), req.gpu_policy, field)
+    for attr in _GROUPS:
+        if (name := getattr(req, attr)) is not None:
+            out.add(attr, group(name, field), name, field)
+    if req.slo_slowdown is not None:
+        out.add("slo_slowdown", req.slo_slowdown, str(req.slo_slowdown), field)
+    return out

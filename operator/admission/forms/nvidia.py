@@ -1,0 +1,56 @@
+"""NVIDIA's device plugin resources: `nvidia.com/gpu: N` (N devices; whole GPUs unless another spelling on
+the container gives each device a share, as HAMi reads it) and `nvidia.com/mig-<g>g.<mem>gb: N` (N MIG
+instances; NVIDIA's `+me` profiles are spelled `.me` in resource names)."""
+from __future__ import annotations
+
+from fgpu_contracts import keys
+from fgpu_contracts.errors import InputError
+
+from ..config import AdmissionConfig
+from ..gpus import is_mig_profile_name, mig_profile
+from ..podview import ContainerView, PodView
+from ..quantity import parse_quantity, whole
+from .common import MAX_DEVICES, Claims
+
+SOURCE = "nvidia"
+
+
+def device_count(c: ContainerView, key: str) -> tuple[int, str, str] | None:
+    """(count, text, field) of a countable resource; 0 counts as not asked."""
+    text = c.resource(key)
+    if text is None:
+        return None
+    field = c.resource_field(key)
+    count = whole(parse_quantity(text, field), text, field, 0, MAX_DEVICES, "a whole number of devices")
+    return (count, text, field) if count else None
+
+
+def mig_resources(c: ContainerView) -> list[tuple[str, str]]:
+    """(resource name, profile) of the container's MIG resources. Names that are not shaped like a profile
+    (`nvidia.com/mig-1g.10gb.shared`: time-sliced replicas) are not MIG requests."""
+    out = []
+    for key in c.resource_keys():
+        if not key.startswith(keys.MIG_RESOURCE_PREFIX):
+            continue
+        name = key[len(keys.MIG_RESOURCE_PREFIX):]
+        name = name[:-3] + "+me" if name.endswith(".me") else name
+        if is_mig_profile_name(name):
+            out.append((key, mig_profile(name, c.resource_field(key))))
+    return out
+
+
+def containers(view: PodView, config: AdmissionConfig) -> Claims:
+    out = Claims(SOURCE)
+    for c in view.containers:
+        whole_gpus = device_count(c, config.resources.gpu)
+        migs = [(key, profile, device_count(c, key)) for key, profile in mig_resources(c)]
+        if whole_gpus and migs:
+            raise InputError(f"asks for {migs[0][0]} beside whole GPUs", field=whole_gpus[2],
+                             allowed=["whole GPUs or MIG instances in one container, not both"])
+        if whole_gpus:
+            out.add("count", whole_gpus[0], *whole_gpus[1:], container=c.name)
+        for key, profile, counted in migs:
+            if counted:
+                out.add("mig_profile", profile, key, counted[2], container=c.name)
+                out.add("count", counted[0], *counted[1:], container=c.name)
+    return out
