@@ -148,7 +148,10 @@ class LeaderElector:
         other.clear()
         event.set()
         if callback is not None:
-            callback()
+            try:
+                callback()
+            except Exception:  # a caller's bug must not stop the election (or the step-down)
+                log.exception("%s: leadership callback failed", self.identity)
 
     def _expires_in(self, now: dt.datetime) -> float:
         """Seconds until the observed lease expires (<= 0: expired or free)."""
@@ -164,7 +167,8 @@ class LeaderElector:
         if self.holder in ("", self.identity):
             return self.retry_s
         until_expiry = self._expires_in(dt.datetime.now(dt.UTC))
-        return min(self.retry_s, max(until_expiry, 0.0) + 0.05)
+        # already expired when last seen means we just tried and failed: poll, do not spin
+        return min(self.retry_s, until_expiry + 0.05) if until_expiry > 0 else self.retry_s
 
     async def _try_acquire_or_renew(self) -> _Try:
         now = dt.datetime.now(dt.UTC)

@@ -21,7 +21,6 @@ from .outcome import RETRYABLE, Outcome, classify
 from .ratelimit import TokenBucket
 
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
-MERGE_PATCH = "application/merge-patch+json"
 
 
 @dataclass(frozen=True)

@@ -115,3 +115,23 @@ def test_default_identity_is_the_pod_name_and_a_suffix(api, monkeypatch):
     monkeypatch.setenv("POD_NAME", "fgpu-scheduler-7d9f")
     a, b = LeaderElector(api).identity, LeaderElector(api).identity
     assert a.startswith("fgpu-scheduler-7d9f_") and a != b
+
+
+async def test_a_standby_that_keeps_losing_races_polls_and_does_not_spin(fake_api, api):
+    held_by(fake_api, "gone", renewed_ago_s=60)
+    fake_api.script("PUT", LEASE, *[409] * 100)  # every takeover attempt loses the race
+    async with elector(api).running():
+        await asyncio.sleep(1.0)  # a window to count requests in, not a synchronisation
+    assert len(fake_api.seen("GET", LEASE)) <= 1.0 / FAST["retry_s"] + 2
+
+
+async def test_a_failing_callback_does_not_stop_the_election(fake_api, api):
+    def boom() -> None:
+        raise RuntimeError("caller's bug")
+
+    e = elector(api, on_started_leading=boom)
+    async with e.running():
+        await asyncio.wait_for(e.became_leader.wait(), 2)
+        first = fake_api.leases[LEASE]["spec"]["renewTime"]
+        await until(lambda: fake_api.leases[LEASE]["spec"]["renewTime"] != first)  # still renewing
+        assert e.is_leader
