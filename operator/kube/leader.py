@@ -6,7 +6,8 @@ on its own once it has gone `renew_deadline_s` without a successful renew — be
 `lease_s`, expires for the others. A standby wakes at the lease's expiry (renewTime +
 leaseDurationSeconds, as the holder wrote it) rather than on its next poll, so it takes over within
 `lease_s` of the leader's last renew. A clean shutdown releases the lease (no holder, 1 s) and a standby
-takes over on its next poll.
+takes over on its next poll. Lease requests skip the session's QPS bucket: a renew queued behind a burst
+of events would cost the leadership.
 """
 from __future__ import annotations
 
@@ -172,7 +173,7 @@ class LeaderElector:
 
     async def _try_acquire_or_renew(self) -> _Try:
         now = dt.datetime.now(dt.UTC)
-        got = await self.api.request("GET", self._path(), retries=0)
+        got = await self.api.request("GET", self._path(), retries=0, rate_limited=False)
         if got.result is Result.GONE:
             written = await self._write("POST", None, self._record(now, None))
         elif not got.ok:
@@ -205,7 +206,7 @@ class LeaderElector:
             metadata["resourceVersion"] = lease["metadata"]["resourceVersion"]
         body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": metadata, "spec": spec}
         out = await self.api.request(method, self._path(named=method == "PUT"), body=body, retries=0,
-                                     timeout_s=timeout_s)
+                                     timeout_s=timeout_s, rate_limited=False)
         if out.ok:
             self._lease = out.body
         return out.ok

@@ -4,7 +4,7 @@ Measured (reference/scheduler-baseline.md): the official client in threads caps 
 at 0.38x kube-scheduler, asyncio + aiohttp on raw dicts at ~2x. So the hot path talks HTTP itself, with a
 client-side QPS/burst limit (as client-go's) and a cap on requests in flight, and retries the transient
 failures (429, 5xx, timeouts, dropped connections) a bounded number of times with jittered backoff.
-Give each concern its own ApiSession (binds; events; leader election) so one queue cannot starve another.
+Give binds their own ApiSession, so that events cannot slow them; leader election skips the QPS bucket.
 """
 from __future__ import annotations
 
@@ -84,8 +84,12 @@ class ApiSession:
         params: dict[str, str] | None = None,
         retries: int | None = None,
         timeout_s: float | None = None,
+        rate_limited: bool = True,
     ) -> Outcome:
-        """One API call with bounded retries of transient failures; the Outcome of the last attempt."""
+        """One API call with bounded retries of transient failures; the Outcome of the last attempt.
+
+        rate_limited=False skips the QPS bucket (not the in-flight cap): for the Lease's rare requests,
+        which must not queue behind a burst of others on a shared session."""
         if self._http is None:
             raise RuntimeError("ApiSession is not open: use `async with ApiSession(...)`")
         retries = self.limits.retries if retries is None else retries
@@ -93,7 +97,8 @@ class ApiSession:
         attempt, reauth = 0, self.creds.token_file is not None
         while True:
             attempt += 1
-            await self.bucket.acquire()
+            if rate_limited:
+                await self.bucket.acquire()
             async with self._slots:
                 status, data, retry_after, transient = await self._attempt(
                     method, url, body, content_type, params, timeout_s)

@@ -6,8 +6,8 @@ import datetime as dt
 import time
 
 import pytest
-from fakeapi import LEASES, until
-from fgpu_operator.kube import LeaderElector
+from fakeapi import LEASES, credentials, until
+from fgpu_operator.kube import ApiSession, LeaderElector, Limits
 from fgpu_operator.kube.times import parse, timestamp
 
 LEASE = f"{LEASES}ns/leases/sched"
@@ -135,3 +135,15 @@ async def test_a_failing_callback_does_not_stop_the_election(fake_api, api):
         first = fake_api.leases[LEASE]["spec"]["renewTime"]
         await until(lambda: fake_api.leases[LEASE]["spec"]["renewTime"] != first)  # still renewing
         assert e.is_leader
+
+
+async def test_lease_requests_do_not_queue_behind_a_rate_limited_burst(fake_api):
+    async with ApiSession(credentials(fake_api.url), Limits(qps=0.5, burst=1)) as shared:
+        burst = [asyncio.create_task(shared.request("POST", "/api/v1/namespaces/ns/events", body={}))
+                 for _ in range(10)]  # 20 s of the bucket
+        e = elector(shared)
+        async with e.running():
+            await asyncio.wait_for(e.became_leader.wait(), 1)
+        for task in burst:
+            task.cancel()
+        await asyncio.gather(*burst, return_exceptions=True)
