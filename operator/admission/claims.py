@@ -66,8 +66,8 @@ def _container(name: str, got: dict[str, Claim], view: PodView, config: Admissio
         raise InputError(f"{show(got['mem_bytes'].text)} cannot be combined with {got['mem_pct'].field}",
                          field=got["mem_bytes"].field, allowed=["memory in bytes or in percent, not both"])
     if "mem_bytes" in got and config.max_gpu_memory_bytes and value["mem_bytes"] > config.max_gpu_memory_bytes:
-        raise InputError(f"{show(got['mem_bytes'].text)} is more than the largest GPU in the cluster has "
-                         f"({config.max_gpu_memory_bytes >> 20} MiB)", field=got["mem_bytes"].field,
+        raise InputError(f"{show(got['mem_bytes'].text)} is more than the cluster's largest GPU has",
+                         field=got["mem_bytes"].field,
                          allowed=[f"at most {config.max_gpu_memory_bytes >> 20} MiB per device"])
     memory = "mem_bytes" in got or "mem_pct" in got
     if "milli_gpu" not in got and "mig_profile" not in got:

@@ -37,7 +37,7 @@ def _strings(value: object, field: str) -> dict[str, str]:
     out = _mapping(value, field)
     for k, v in out.items():
         if not isinstance(k, str) or not isinstance(v, str):
-            raise InputError(f"{show(v)} is not a string", field=f"{field}[{show(k)}]")
+            raise InputError(f"{show(v)} is not a string", field=f"{field}[{k if isinstance(k, str) else show(k)}]")
     return out
 
 
@@ -81,7 +81,7 @@ class ContainerView:
         request = as_text(requests[key], field) if key in requests else None
         if limit is not None and request is not None and limit.strip() != request.strip():
             raise InputError(f"limit {show(limit)} and request {show(request)} differ", field=field,
-                             allowed=["equal limit and request (extended resources cannot be overcommitted)"])
+                             allowed=["equal limit and request: extended resources cannot be overcommitted"])
         return limit if limit is not None else request
 
     @property
@@ -142,7 +142,8 @@ class PodView:
         """(value, field) of a key that may be a label (KubeShare 2.0) or an annotation (1.0's spelling)."""
         label, note = self.labels.get(key), self.annotations.get(key)
         if label is not None and note is not None and label != note:
-            raise InputError(f"label {show(label)} and annotation {show(note)} disagree", field=key,
+            raise InputError(f"{show(label)} disagrees with {annotation_field(key)}={show(note)}",
+                             field=label_field(key),
                              allowed=["one of the two, or equal values"])
         if label is not None:
             return label, label_field(key)

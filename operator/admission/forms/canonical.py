@@ -47,10 +47,10 @@ def containers(view: PodView, config: AdmissionConfig) -> Claims:
         if view.container(c.container) is None:
             raise InputError(f"names container {show(c.container)}, which the pod does not have", field=field,
                              allowed=[x.name for x in view.containers])
-        for attr in _CONTAINER_ATTRS:
+        for attr in ("count",) if c.is_mig else _CONTAINER_ATTRS:  # a MIG request's share fields are unused
             if (value := getattr(c, attr)) is not None:
                 out.add(attr, value, str(value), field, container=c.container)
-        if c.mig_profile is not None:
+        if c.is_mig:
             out.add("mig_profile", mig_profile(c.mig_profile, field), c.mig_profile, field, container=c.container)
     return out
 

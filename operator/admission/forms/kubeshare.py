@@ -38,7 +38,7 @@ def containers(view: PodView, config: AdmissionConfig) -> Claims:
     if req == 0 and lim == 0:
         return Claims(SOURCE)  # KubeShare: a regular pod
     if req == 0:
-        raise InputError(f"{show(request[0])}: opportunistic pods (no guaranteed share) are not supported",
+        raise InputError(f"{show(request[0])} guarantees no share: KubeShare's opportunistic pods are not supported",
                          field=request[1], allowed=_ALLOWED)
     if req > lim or lim > 1 and req != lim:
         raise InputError(f"{show(request[0])} does not fit {limit[1]}={show(limit[0])}", field=request[1],

@@ -9,7 +9,7 @@ from fgpu_contracts.errors import InputError
 from ..config import AdmissionConfig
 from ..gpus import is_mig_profile_name, mig_profile
 from ..podview import ContainerView, PodView
-from ..quantity import parse_quantity, whole
+from ..quantity import parse_quantity, show, whole
 from .common import MAX_DEVICES, Claims
 
 SOURCE = "nvidia"
@@ -45,7 +45,8 @@ def containers(view: PodView, config: AdmissionConfig) -> Claims:
         whole_gpus = device_count(c, config.resources.gpu)
         migs = [(key, profile, device_count(c, key)) for key, profile in mig_resources(c)]
         if whole_gpus and migs:
-            raise InputError(f"asks for {migs[0][0]} beside whole GPUs", field=whole_gpus[2],
+            raise InputError(f"{show(whole_gpus[1])} cannot be combined with {migs[0][0]} in one container",
+                             field=whole_gpus[2],
                              allowed=["whole GPUs or MIG instances in one container, not both"])
         if whole_gpus:
             out.add("count", whole_gpus[0], *whole_gpus[1:], container=c.name)
