@@ -35,17 +35,11 @@ from stub_kubelet import StubKubelet  # noqa: E402
 
 from deviceplugin.allocate import AllocContext  # noqa: E402
 from deviceplugin.api import api_pb2, api_pb2_grpc  # noqa: E402
-from deviceplugin.handoff import (  # noqa: E402
-    ASSIGNED_AT,
-    ASSIGNMENT,
-    Assignment,
-    ContainerAssignment,
-    DeviceShare,
-    PodView,
-    dump_assignment,
-)
+from deviceplugin.handoff import PodView  # noqa: E402
 from deviceplugin.resources import discover, node_devices  # noqa: E402
 from deviceplugin.server import PluginManager, make_shared  # noqa: E402
+from fgpu_contracts.assignment import Assignment, ContainerAssignment, DeviceShare, dump_assignment  # noqa: E402
+from fgpu_contracts.keys import ASSIGNED_AT, ASSIGNMENT  # noqa: E402
 from simgpu.nodeconfig import parse_node_config  # noqa: E402
 
 NODE = "bench-node"

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from deviceplugin.handoff import Match
 from deviceplugin.resources import Resource, Slot
+from fgpu_contracts.keys import ASSIGNMENT
 from simgpu import env
 from simgpu.errors import SimgpuError
 from simgpu.token import Grant, issue_token
@@ -84,7 +85,7 @@ def allocate_assignment(resource: Resource, device_ids: list[str], match: Match 
         raise AllocateError(
             f"no pending pod on node {ctx.node_name} has an fgpu.io/assignment for a container asking for "
             f"{len(device_ids)} {resource.name}: was the pod scheduled by fgpu's scheduler?",
-            field="fgpu.io/assignment")
+            field=ASSIGNMENT)
     pod, container = match.pod, match.container
     grants = []
     for i, share in enumerate(container.devices):
@@ -92,10 +93,10 @@ def allocate_assignment(resource: Resource, device_ids: list[str], match: Match 
         where = f"{pod.namespace}/{pod.name} container {container.name} device {i}"
         if device is None:
             raise AllocateError(f"{where}: {share.uuid} is not a device of node {ctx.node_name}",
-                                field="fgpu.io/assignment")
+                                field=ASSIGNMENT)
         if share.mem_bytes is not None and share.mem_bytes > device.mem_bytes and ctx.memory_quota == "hard":
             raise AllocateError(f"{where}: {share.mem_bytes} bytes assigned but {share.uuid} has "
-                                f"{device.mem_bytes}", field="fgpu.io/assignment")
+                                f"{device.mem_bytes}", field=ASSIGNMENT)
         grants.append(Grant(device_uuid=share.uuid, mem_limit_bytes=share.mem_bytes, sm_limit_pct=share.sm_pct,
                             priority=container.priority, pod_namespace=pod.namespace, pod_name=pod.name,
                             container=container.name))

@@ -105,14 +105,18 @@ class Plugin:
         while not self.shared.stop.is_set():
             current, health = self.board.snapshot()
             try:
-                node.publish(node_labels(self.cfg, self.gpus),
-                             inventory_annotation(inventory(self.cfg, self.node, self.gpus, self.resources, health)))
+                inv = inventory(self.cfg, self.node, self.gpus, self.resources, health)
+                node.publish(node_labels(self.cfg, self.gpus), inventory_annotation(inv))
                 node.publish_capacity(node_level_resources(self.cfg, self.node))
-                version = current
             except Exception as err:
                 log.warning("cannot publish labels/inventory on node %s: %s", self.node, err)
                 self.shared.stop.wait(5.0)
                 continue
+            try:  # the scheduler still reads the annotation: a GPUNode failure waits for the next round
+                node.publish_gpunode(inv)
+            except Exception as err:
+                log.warning("cannot publish GPUNode %s: %s", self.node, err)
+            version = current
             # republish on every health change, and every 60 s (a kubelet restart may reset capacity)
             self.board.wait_change(version, timeout=60.0)
 

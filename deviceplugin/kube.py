@@ -1,5 +1,5 @@
 """Thin Kubernetes shell: pending pods on this node (for fractional Allocate), the `fgpu.io/allocated` record,
-node labels + inventory annotation, and fractional mode's node-level extended resources.
+node labels + inventory annotation, the node's GPUNode, and fractional mode's node-level extended resources.
 
 Allocate must answer in milliseconds with a hundred pods pending, so pods come from a watch-fed cache
 (raw JSON, no model deserialisation); a cache miss triggers one fresh LIST before Allocate gives up.
@@ -11,10 +11,20 @@ import logging
 import os
 import threading
 
-from deviceplugin.handoff import ALLOCATED, PodView
+from deviceplugin.handoff import PodView
 from deviceplugin.records import AllocationRecorder
+from fgpu_contracts.inventory import Inventory, gpunode
+from fgpu_contracts.keys import ALLOCATED, CRD_GROUP, CRD_VERSION, GPUNODE_PLURAL
 
 log = logging.getLogger("fgpu.deviceplugin.kube")
+JSON_PATCH = "application/json-patch+json"
+
+
+def _discard(resp) -> None:
+    """Drain a raw response and hand its connection back to the pool: a leaked one costs a TLS handshake
+    (~5 ms of CPU) on the next request, competing with Allocate for the GIL."""
+    resp.read()
+    resp.release_conn()
 
 
 def load_api_client(kubeconfig: str | None):
@@ -149,9 +159,7 @@ class KubePods:
             done = sorted(mine | (view.allocated_containers() if view else frozenset()))
         body = {"metadata": {"annotations": {ALLOCATED: json.dumps(done)}}}
         try:
-            resp = self.core.patch_namespaced_pod(name, namespace, body, _preload_content=False)
-            resp.read()  # drain and hand the connection back to the pool: a leaked one costs a TLS handshake
-            resp.release_conn()  # (~5 ms of CPU) on the next patch, competing with Allocate for the GIL
+            _discard(self.core.patch_namespaced_pod(name, namespace, body, _preload_content=False))
         except Exception as err:
             if getattr(err, "status", None) == 404:  # the pod is gone: nothing left to protect
                 return True
@@ -161,13 +169,16 @@ class KubePods:
 
 
 class KubeNode:
-    """Labels, the inventory annotation and node-level extended resources on this node's object."""
+    """Labels, the inventory annotation and node-level extended resources on this node's object, and the
+    node's GPUNode."""
 
     def __init__(self, api_client, node: str) -> None:
         from kubernetes import client
 
         self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
         self.node = node
+        self._told_no_crd = False
 
     def publish(self, labels: dict[str, str], annotations: dict[str, str]) -> None:
         """Set the labels and annotations, and remove labels of ours that no longer hold (a merge patch only
@@ -183,3 +194,32 @@ class KubeNode:
             return
         values = {k: str(v) for k, v in resources.items()}
         self.core.patch_node_status(self.node, {"status": {"capacity": values, "allocatable": values}})
+
+    def publish_gpunode(self, inv: Inventory) -> None:
+        """Create or update this node's GPUNode: its spec is the inventory (replaced whole, so a resource that is
+        gone does not linger, as it would under a merge patch); its status is the operator's and left alone.
+        Owned by the Node, so it goes when the node does. Without the CRD installed, says so once and goes on:
+        the node annotation carries the inventory too, for this release."""
+        from kubernetes.client.exceptions import ApiException
+
+        where = (CRD_GROUP, CRD_VERSION, GPUNODE_PLURAL)
+        body = gpunode(inv).model_dump(mode="json", by_alias=True, exclude={"status"})
+        try:
+            _discard(self.custom.patch_cluster_custom_object(
+                *where, self.node, [{"op": "replace", "path": "/spec", "value": body["spec"]}],
+                _content_type=JSON_PATCH, _preload_content=False))
+            return
+        except ApiException as err:
+            if err.status != 404:
+                raise
+        uid = self.core.read_node(self.node).metadata.uid
+        body["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": self.node, "uid": uid}]
+        try:
+            _discard(self.custom.create_cluster_custom_object(*where, body, _preload_content=False))
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            if not self._told_no_crd:
+                self._told_no_crd = True
+                log.warning("no GPUNode CRD (%s.%s) on the cluster: publishing the inventory as the node "
+                            "annotation only (install deploy/crds/gpunode.yaml)", GPUNODE_PLURAL, CRD_GROUP)

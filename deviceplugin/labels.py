@@ -1,29 +1,26 @@
 """Node labels in GPU Feature Discovery's vocabulary (peers.md section (c)), the `fgpu.io/emulated` marker, and
-the node's GPU inventory for the operator (pure).
-
-The inventory is a node annotation, `fgpu.io/gpu-inventory` (JSON, schema below), rather than a CRD: it
-needs no CRD installed, travels with the Node object the scheduler already watches, and is small (a few
-hundred bytes per GPU). Schema v1:
-
-    {"version": "v1", "node": str, "migStrategy": str, "memoryQuota": str, "timeDilation": float,
-     "resources": {name: device count}, "nodeResources": {fractional memory/cores resource: amount},
-     "gpus": [{"index", "uuid", "model", "shortName", "memBytes", "sms", "sharing", "replicas",
-               "healthy", "xid", "mig": [{"uuid", "profile", "start", "memBytes", "sms", "healthy"}]}]}
+the node's GPU inventory for the operator (pure). The inventory's format is fgpu_contracts.inventory; this
+module only fills it in from the node config and the GPUs' health.
 """
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from deviceplugin.resources import Resource, gpu_slots, node_level_resources
-from simgpu.nodeconfig import GPU_RESOURCE, GpuDevice, NodeConfig, mig_resource_name
+from fgpu_contracts.inventory import GpuInfo, Inventory, MigDevice, dump_inventory
+from fgpu_contracts.keys import (
+    EMULATED,
+    GPU_RESOURCE,
+    INVENTORY,
+    SHARING_MODE_LABEL,
+    mig_resource_name,
+    model_label_prefix,
+)
+from simgpu.nodeconfig import GpuDevice, NodeConfig
 
-INVENTORY = "fgpu.io/gpu-inventory"
-EMULATED = "fgpu.io/emulated"
-SHARING_MODE_LABEL = "fgpu.io/sharing-mode"
 _MIB = 1 << 20
 _STRATEGY = {"exclusive": "none", "timeSlicing": "time-slicing", "mps": "mps", "fractional": "none"}
 
@@ -56,11 +53,6 @@ def _shared_under_plain_name(cfg: NodeConfig, gpu: GpuDevice) -> bool:
         name == GPU_RESOURCE and slots[0].replicas > 1 for name, slots, _ in gpu_slots(cfg, gpu))
 
 
-def model_label_prefix(model: str) -> str:
-    """fgpu's per-model labels, `fgpu.io/gpu-<product>.{count,memory}`: one pair per GPU model on the node."""
-    return f"fgpu.io/gpu-{_value(model)}"
-
-
 def node_labels(cfg: NodeConfig, gpus: list[GpuDevice]) -> dict[str, str]:
     """GFD's labels for the node, plus fgpu's. A `nvidia.com/gpu.*` label that describes a GPU property
     (product, memory, family, replicas, sharing) is published only when all the GPUs it describes agree, so a
@@ -76,8 +68,9 @@ def node_labels(cfg: NodeConfig, gpus: list[GpuDevice]) -> dict[str, str]:
     }
     specs = {g.model: g.spec for g in gpus}
     for model, count in Counter(g.model for g in gpus).items():
-        labels[f"{model_label_prefix(model)}.count"] = str(count)
-        labels[f"{model_label_prefix(model)}.memory"] = str(specs[model].mem_bytes // _MIB)
+        prefix = model_label_prefix(_value(model))  # one count/memory pair per GPU model on the node
+        labels[f"{prefix}.count"] = str(count)
+        labels[f"{prefix}.memory"] = str(specs[model].mem_bytes // _MIB)
     _put_if_agreed(labels, "nvidia.com/gpu.family", (g.spec.arch for g in gpus))
     _put_if_agreed(labels, "nvidia.com/gpu.memory", (g.spec.mem_bytes // _MIB for g in gpus))
     # sharing is a property of the GPUs advertised whole or as replicas/slots: not of MIG-enabled ones (GFD
@@ -121,26 +114,27 @@ def stale_labels(current: Mapping[str, str], desired: Mapping[str, str]) -> list
 
 
 def inventory(cfg: NodeConfig, node_name: str, gpus: list[GpuDevice], resources: list[Resource],
-              health: Mapping[str, Health]) -> dict:
+              health: Mapping[str, Health]) -> Inventory:
+    """The node's GPUs as configured, with their health now (a MIG device is unhealthy with its GPU)."""
     ok = Health()
-    out_gpus = []
-    for gpu in gpus:
+
+    def gpu_info(gpu: GpuDevice) -> GpuInfo:
         h = health.get(gpu.uuid, ok)
-        out_gpus.append({
-            "index": gpu.index, "uuid": gpu.uuid, "model": gpu.model, "shortName": gpu.spec.short_name,
-            "memBytes": gpu.spec.mem_bytes, "sms": gpu.spec.sms, "sharing": gpu.sharing,
-            "replicas": cfg.fractional.split_count if gpu.sharing == "fractional" else gpu.replicas,
-            "healthy": h.healthy, "xid": h.xid,
-            "mig": [{"uuid": m.uuid, "profile": m.profile, "start": m.start, "memBytes": m.mem_bytes,
-                     "sms": m.sms, "healthy": h.healthy and health.get(m.uuid, ok).healthy} for m in gpu.mig],
-        })
-    return {
-        "version": "v1", "node": node_name, "migStrategy": cfg.effective_mig_strategy,
-        "memoryQuota": cfg.memory_quota, "timeDilation": cfg.time_dilation,
-        "resources": {r.name: len(r.slots) for r in resources},
-        "nodeResources": node_level_resources(cfg, node_name), "gpus": out_gpus,
-    }
+        return GpuInfo(
+            index=gpu.index, uuid=gpu.uuid, model=gpu.model, short_name=gpu.spec.short_name,
+            mem_bytes=gpu.spec.mem_bytes, sms=gpu.spec.sms, sharing=gpu.sharing,
+            replicas=cfg.fractional.split_count if gpu.sharing == "fractional" else gpu.replicas,
+            healthy=h.healthy, xid=h.xid,
+            mig=tuple(MigDevice(uuid=m.uuid, profile=m.profile, start=m.start, mem_bytes=m.mem_bytes, sms=m.sms,
+                                healthy=h.healthy and health.get(m.uuid, ok).healthy) for m in gpu.mig),
+        )
+
+    return Inventory(
+        node=node_name, mig_strategy=cfg.effective_mig_strategy, memory_quota=cfg.memory_quota,
+        time_dilation=cfg.time_dilation, resources={r.name: len(r.slots) for r in resources},
+        node_resources=node_level_resources(cfg, node_name), gpus=tuple(map(gpu_info, gpus)),
+    )
 
 
-def inventory_annotation(inv: dict) -> dict[str, str]:
-    return {INVENTORY: json.dumps(inv, separators=(",", ":"), sort_keys=True)}
+def inventory_annotation(inv: Inventory) -> dict[str, str]:
+    return {INVENTORY: dump_inventory(inv)}

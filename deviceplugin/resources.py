@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from simgpu.nodeconfig import GPU_RESOURCE, GpuDevice, NodeConfig, mig_resource_name
+from fgpu_contracts.keys import GPU_RESOURCE, mig_resource_name
+from simgpu.nodeconfig import GpuDevice, NodeConfig
 
 REPLICA_SEP = "::"
 

@@ -30,6 +30,7 @@ from deviceplugin.api import api_pb2, api_pb2_grpc
 from deviceplugin.handoff import Match, PodView, find_assignment
 from deviceplugin.labels import Health
 from deviceplugin.resources import Resource, Slot
+from fgpu_contracts.keys import ASSIGNMENT
 from simgpu.errors import SimgpuError
 
 log = logging.getLogger("fgpu.deviceplugin")
@@ -156,8 +157,8 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
             return allocate_slots(self.resource, ids, shared.ctx)
         if shared.pods is None:
             raise AllocateError(f"{self.resource.name} is fractional and needs the Kubernetes API to read the "
-                                "scheduler's fgpu.io/assignment; this plugin runs standalone (no kubeconfig)",
-                                field="fgpu.io/assignment")
+                                f"scheduler's {ASSIGNMENT}; this plugin runs standalone (no kubeconfig)",
+                                field=ASSIGNMENT)
         with shared.lock:
             match = self._match(ids, fresh=False) or self._match(ids, fresh=True)
             alloc = allocate_assignment(self.resource, ids, match, shared.ctx, shared.devices)
@@ -172,7 +173,7 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
             pods = self.shared.pods.pending_pods(self.shared.ctx.node_name, fresh=fresh)
         except Exception as err:  # apiserver down, RBAC, ...: the kubelet shows this on the pod
             raise AllocateError(f"cannot read pending pods of node {self.shared.ctx.node_name} from the "
-                                f"Kubernetes API: {err}", field="fgpu.io/assignment") from None
+                                f"Kubernetes API: {err}", field=ASSIGNMENT) from None
         taken = self.shared.taken
         if len(taken) > 2 * len(pods) + 256:  # forget pods that are no longer pending
             live = {p.uid for p in pods}

@@ -39,13 +39,14 @@ class DaemonError(SimgpuError):
 
     def __init__(self, code: str, message: str, field: str | None = None, allowed: list[str] | None = None):
         self.code, self.field, self.allowed = code, field or None, allowed or None
+        self.message = message  # already formatted by the daemon: not re-prefixed with the field
         ValueError.__init__(self, message)
 
 
 class RemoteOutOfMemoryError(OutOfMemoryError):
     def __init__(self, message: str, quota: int, used: int, requested: int):
         self.quota, self.used, self.requested = quota, used, requested
-        self.code, self.field, self.allowed = "OUT_OF_MEMORY", "bytes", None
+        self.code, self.field, self.allowed, self.message = "OUT_OF_MEMORY", "bytes", None, message
         ValueError.__init__(self, message)
 
 

@@ -11,17 +11,6 @@ from dataclasses import dataclass, field, replace
 
 ACTIVITY_FIELDS = ("sm_active", "sm_occupancy", "tensor_active", "dram_active", "gr_engine_active")
 
-# dcgm-exporter field names -> attribute of DeviceCounters (ratios 0..1; FB in bytes here, MiB in DCGM).
-DCGM_FIELDS = {
-    "DCGM_FI_PROF_SM_ACTIVE": "sm_active",
-    "DCGM_FI_PROF_SM_OCCUPANCY": "sm_occupancy",
-    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "tensor_active",
-    "DCGM_FI_PROF_DRAM_ACTIVE": "dram_active",
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "gr_engine_active",
-    "DCGM_FI_DEV_FB_USED": "fb_used",
-    "DCGM_FI_DEV_FB_FREE": "fb_free",
-}
-
 
 @dataclass(frozen=True)
 class Activity:
@@ -104,9 +93,6 @@ class DeviceCounters:
     def fb_free(self) -> int:
         return self.fb_total - self.fb_used
 
-    def dcgm(self) -> dict[str, float]:
-        return {name: float(getattr(self, attr)) for name, attr in DCGM_FIELDS.items()}
-
 
 def _average(integral: Activity, seconds: float) -> Activity:
     return integral.scaled(1.0 / seconds).clipped() if seconds > 0 else Activity()
@@ -155,6 +141,6 @@ def combine(parts: Sequence[tuple[DeviceCounters, float]]) -> DeviceCounters:
 
 
 __all__ = [
-    "ACTIVITY_FIELDS", "DCGM_FIELDS", "Activity", "ClientCounters", "ClientTotals", "DeviceCounters", "Totals",
+    "ACTIVITY_FIELDS", "Activity", "ClientCounters", "ClientTotals", "DeviceCounters", "Totals",
     "combine", "total_activity", "window",
 ]

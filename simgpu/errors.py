@@ -1,21 +1,12 @@
-"""One error type for bad input, so every shell can turn it into one clear line (CLI: exit code 2)."""
+"""simgpu's error type: fgpu's one InputError under the name simgpu's callers already catch."""
 from __future__ import annotations
 
-from collections.abc import Iterable
+from fgpu_contracts.errors import InputError
 
 
-class SimgpuError(ValueError):
-    """Bad input or an impossible request, with the offending field and what would have been allowed."""
-
-    def __init__(self, message: str, *, field: str | None = None, allowed: Iterable[object] | None = None):
-        self.field = field
-        self.allowed = list(allowed) if allowed is not None else None
-        text = message
-        if field:
-            text = f"{field}: {text}"
-        if self.allowed is not None:
-            text += f" (allowed: {', '.join(str(a) for a in self.allowed)})"
-        super().__init__(text)
+class SimgpuError(InputError):
+    """Bad input or an impossible request in simgpu (and the device plugin), with the offending field and what
+    would have been allowed; an InputError, so every fgpu shell reports it the same way."""
 
 
 class OutOfMemoryError(SimgpuError):

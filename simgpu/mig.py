@@ -1,4 +1,4 @@
-"""MIG (Multi-Instance GPU): profile tables, layout checking and an emulated MIG state per GPU.
+"""MIG (Multi-Instance GPU): profile tables, layout checking, and MIG instances as smaller GPUs.
 
 The hardware rule (NVML `nvmlGpuInstancePlacement_t`) is simple: a GPU instance (GI) occupies a range of
 *memory* slices `[start, start + size)`, each profile may only start at the slices NVIDIA lists, and
@@ -9,7 +9,7 @@ R510), 4g+4g is not (4g may only start at 0) and 7g excludes everything. Tables:
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
@@ -73,15 +73,6 @@ class Placement:
         return {"profile": self.profile, "start": self.start, "size": self.size}
 
 
-@dataclass(frozen=True)
-class CiProfile:
-    """A compute-instance size inside a GI: `compute_slices` of the GI's, at the listed starts."""
-
-    compute_slices: int
-    max_count: int
-    starts: tuple[int, ...]
-
-
 # ---------------------------------------------------------------------------------------------- data
 
 class _ProfileRecord(pydantic.BaseModel):
@@ -122,17 +113,9 @@ class _GpuMigRecord(pydantic.BaseModel):
         return self
 
 
-class _CiRecord(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="forbid")
-    c: int = pydantic.Field(gt=0)
-    max: int = pydantic.Field(gt=0)
-    starts: list[int] = pydantic.Field(min_length=1)
-
-
 class _MigDoc(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid")
     gpus: dict[str, _GpuMigRecord]
-    compute_instances: dict[int, list[_CiRecord]]
 
 
 @dataclass(frozen=True)
@@ -156,7 +139,7 @@ def _mem_bytes(rec: _GpuMigRecord, p: _ProfileRecord) -> tuple[int, bool]:
     return round(full.mem_gib * GIB * p.memory / rec.memory_slices), False
 
 
-def parse_mig_tables(doc: object, origin: str = "mig.yaml") -> tuple[dict[str, _GpuTable], dict[int, list[CiProfile]]]:
+def parse_mig_tables(doc: object, origin: str = "mig.yaml") -> dict[str, _GpuTable]:
     """Validate the MIG tables; bad data raises SimgpuError naming the GPU/profile and the field."""
     try:
         parsed = _MigDoc.model_validate(doc)
@@ -179,12 +162,11 @@ def parse_mig_tables(doc: object, origin: str = "mig.yaml") -> tuple[dict[str, _
                 min_driver=p.min_driver, mem_reported=reported, l2_slices=p.l2 or p.memory,
             ))
         tables[canonical] = _GpuTable(rec.memory_slices, rec.compute_slices, tuple(rec.sources), tuple(profs))
-    cis = {g: [CiProfile(r.c, r.max, tuple(r.starts)) for r in recs] for g, recs in parsed.compute_instances.items()}
-    return tables, cis
+    return tables
 
 
 @cache
-def _tables() -> tuple[dict[str, _GpuTable], dict[int, list[CiProfile]]]:
+def _tables() -> dict[str, _GpuTable]:
     text = resources.files("simgpu").joinpath("data", "mig.yaml").read_text()
     return parse_mig_tables(yaml.safe_load(text))
 
@@ -197,12 +179,12 @@ def _spec(gpu: GPUSpec | str) -> GPUSpec:
 
 def mig_gpus() -> list[GPUSpec]:
     """The GPUs that support MIG (and have a profile table)."""
-    return [g for g in all_gpus() if g.name in _tables()[0]]
+    return [g for g in all_gpus() if g.name in _tables()]
 
 
 def _table(gpu: GPUSpec | str) -> _GpuTable:
     spec = _spec(gpu)
-    table = _tables()[0].get(spec.name)
+    table = _tables().get(spec.name)
     if table is None:
         raise SimgpuError(f"{spec.name} does not support MIG", field="gpu",
                           allowed=[g.short_name for g in mig_gpus()])
@@ -237,11 +219,6 @@ def get_profile(gpu: GPUSpec | str, name: str) -> MigProfile:
             return prof
     raise SimgpuError(f"unknown MIG profile {name!r} for {_spec(gpu).name}", field="profile",
                       allowed=[p.name for p in table.profiles])
-
-
-def ci_profiles(gi: MigProfile) -> list[CiProfile]:
-    """Compute-instance sizes available inside a GI of this profile."""
-    return list(_tables()[1].get(gi.compute_slices, []))
 
 
 # ---------------------------------------------------------------------------------------------- layouts
@@ -340,182 +317,3 @@ def instance_spec(gpu: GPUSpec | str, profile: str | MigProfile) -> GPUSpec:
         "datasheet_tflops": {},
         "sources": [*spec.sources, *(f"MIG: {s}" for s in table.sources)],
     })
-
-
-# ---------------------------------------------------------------------------------------------- state
-
-@dataclass
-class ComputeInstance:
-    id: int
-    compute_slices: int
-    start: int
-    sms: int
-
-    def profile_name(self, gi: GpuInstance) -> str:
-        """nvidia-smi's CI name: "1c.3g.20gb", or the GI's name for a CI spanning the whole GI."""
-        full = self.compute_slices == gi.profile.compute_slices
-        return gi.profile.name if full else f"{self.compute_slices}c.{gi.profile.name}"
-
-
-@dataclass
-class GpuInstance:
-    id: int
-    profile: MigProfile
-    start: int
-    compute_instances: dict[int, ComputeInstance] = field(default_factory=dict)
-
-    @property
-    def placement(self) -> tuple[int, int]:
-        return self.start, self.profile.memory_slices
-
-
-def _gi_id(start: int, size: int, total: int) -> int:
-    """A GI id from its memory range, numbered like a binary heap (full GPU 0, halves 1-2, quarters 3-6,
-    eighths 7-14). Real GPUs draw ids from the same per-size pools; most `nvidia-smi mig -lgi` outputs
-    match this numbering (1g at 6:1 -> 13, 3g at 0:4 -> 1), but some drivers number within a pool in
-    creation order instead."""
-    return total // size - 1 + start // size
-
-
-class MigGpu:
-    """An emulated GPU in MIG mode: create/destroy GPU instances and compute instances with the same
-    validation as the driver (placements, overlaps, max counts, +me, in-use GIs)."""
-
-    def __init__(self, spec: GPUSpec | str):
-        self.spec = _spec(spec)
-        self._table = _table(self.spec)
-        self.gpu_instances: dict[int, GpuInstance] = {}
-
-    # -- GPU instances
-    def create_gi(self, profile: str, start: int | None = None) -> GpuInstance:
-        """Create a GI at memory slice `start`, or where the driver would put it (see _default_placement)."""
-        prof = get_profile(self.spec, profile)
-        current = [gi.profile.name for gi in self.gpu_instances.values()]
-        problem = _count_problems(self._table, [get_profile(self.spec, n) for n in [*current, prof.name]])
-        if problem:
-            raise SimgpuError(f"cannot create {prof.name}: {problem} (nvidia-smi: Insufficient Resources)",
-                              field="profile")
-        taken = [gi.placement for gi in self.gpu_instances.values()]
-        if start is not None:
-            if start not in prof.starts:
-                raise SimgpuError(f"{prof.name} cannot start at memory slice {start}", field="start",
-                                  allowed=prof.starts)
-            place = (start, prof.memory_slices)
-        else:
-            free = [p for p in prof.placements if not any(_overlaps(p, t) for t in taken)]
-            if not free:
-                raise SimgpuError(
-                    f"cannot create {prof.name}: every placement {list(prof.starts)} overlaps an existing GPU "
-                    f"instance at {sorted(taken)} (nvidia-smi: Insufficient Resources)", field="profile")
-            place = self._default_placement(free, taken)
-        clash = [gi for gi in self.gpu_instances.values() if _overlaps(place, gi.placement)]
-        if clash:
-            raise SimgpuError(
-                f"cannot create {prof.name} at {place[0]}:{place[1]}: overlaps GPU instance {clash[0].id} "
-                f"({clash[0].profile.name} at {clash[0].start}:{clash[0].profile.memory_slices})",
-                field="start", allowed=[s for s, sz in prof.placements
-                                        if not any(_overlaps((s, sz), t) for t in taken)])
-        gi = GpuInstance(_gi_id(place[0], place[1], self._table.memory_slices), prof, place[0])
-        self.gpu_instances[gi.id] = gi
-        return gi
-
-    def destroy_gi(self, gi_id: int) -> None:
-        gi = self._gi(gi_id)
-        if gi.compute_instances:
-            raise SimgpuError(
-                f"cannot destroy GPU instance {gi_id}: In use by another client (compute instances "
-                f"{sorted(gi.compute_instances)} still exist; destroy them first)", field="gi")
-        del self.gpu_instances[gi_id]
-
-    def _default_placement(self, free: list[tuple[int, int]], taken: list[tuple[int, int]]) -> tuple[int, int]:
-        """The driver's choice is undocumented; this heuristic picks the free placement that leaves the
-        most placements of all profiles open (ties: highest start). It reproduces what is observed:
-        a first 1g goes to 6:1 and a 3g created next to 0:4 (`nvidia-smi mig -lgi` outputs), and the MIG
-        guide's known issue that creating 1g instances before a 3g can leave no room for the 3g."""
-        def still_open(place: tuple[int, int]) -> int:
-            occupied = [*taken, place]
-            return sum(1 for prof in self._table.profiles for cand in prof.placements
-                       if not any(_overlaps(cand, t) for t in occupied))
-        return max(free, key=lambda place: (still_open(place), place[0]))
-
-    # -- compute instances
-    def create_ci(self, gi_id: int, profile: str | None = None, start: int | None = None) -> ComputeInstance:
-        """Create a CI in a GI. `profile`: "1c", "1c.3g.20gb", or the GI's own name / None for the whole GI."""
-        gi = self._gi(gi_id)
-        options = ci_profiles(gi.profile)
-        size = self._ci_size(gi, profile, options)
-        ci_prof = next(o for o in options if o.compute_slices == size)
-        same = [ci for ci in gi.compute_instances.values() if ci.compute_slices == size]
-        if len(same) >= ci_prof.max_count:
-            raise SimgpuError(f"GPU instance {gi_id} already has {len(same)} x {size}c (max {ci_prof.max_count})",
-                              field="profile")
-        taken = [(ci.start, ci.compute_slices) for ci in gi.compute_instances.values()]
-        free = [s for s in ci_prof.starts if not any(_overlaps((s, size), t) for t in taken)]
-        if start is None:
-            if not free:
-                raise SimgpuError(f"no free placement for a {size}c compute instance in GPU instance {gi_id}",
-                                  field="profile")
-            start = free[0]
-        elif start not in free:
-            raise SimgpuError(f"{size}c cannot start at compute slice {start} in GPU instance {gi_id}",
-                              field="start", allowed=free)
-        ci_id = min(set(range(len(gi.compute_instances) + 1)) - set(gi.compute_instances))
-        ci = ComputeInstance(ci_id, size, start, self._ci_sms(gi.profile, size))
-        gi.compute_instances[ci_id] = ci
-        return ci
-
-    def destroy_ci(self, gi_id: int, ci_id: int) -> None:
-        gi = self._gi(gi_id)
-        if ci_id not in gi.compute_instances:
-            raise SimgpuError(f"GPU instance {gi_id} has no compute instance {ci_id}", field="ci",
-                              allowed=sorted(gi.compute_instances))
-        del gi.compute_instances[ci_id]
-
-    def free_instances(self) -> dict[str, int]:
-        """How many more GIs of each profile could be created now, alone (`nvidia-smi mig -lgip`'s
-        "Instances Free"). Placements of one profile never overlap each other, so this is the number of
-        free placements, capped by the max count and the one-+me rule."""
-        taken = [gi.placement for gi in self.gpu_instances.values()]
-        used = Counter(gi.profile.name for gi in self.gpu_instances.values())
-        media_used = any(gi.profile.media_extensions for gi in self.gpu_instances.values())
-        free = {}
-        for prof in self._table.profiles:
-            open_places = sum(1 for p in prof.placements if not any(_overlaps(p, t) for t in taken))
-            limit = 0 if prof.media_extensions and media_used else prof.max_count - used[prof.name]
-            free[prof.name] = max(0, min(open_places, limit))
-        return free
-
-    # -- helpers
-    def layout(self) -> list[Placement]:
-        return [Placement(gi.profile.name, gi.start, gi.profile.memory_slices)
-                for gi in sorted(self.gpu_instances.values(), key=lambda g: g.start)]
-
-    def _gi(self, gi_id: int) -> GpuInstance:
-        if gi_id not in self.gpu_instances:
-            raise SimgpuError(f"no GPU instance {gi_id} on {self.spec.name}", field="gi",
-                              allowed=sorted(self.gpu_instances))
-        return self.gpu_instances[gi_id]
-
-    @staticmethod
-    def _ci_size(gi: GpuInstance, profile: str | None, options: list[CiProfile]) -> int:
-        allowed = [f"{o.compute_slices}c.{gi.profile.name}" for o in options]
-        if profile is None:
-            return gi.profile.compute_slices
-        text = normalize_profile_name(profile)
-        if text == gi.profile.name:
-            return gi.profile.compute_slices
-        head, _, rest = text.partition(".")
-        if head.endswith("c") and head[:-1].isdigit() and rest in ("", gi.profile.name):
-            size = int(head[:-1])
-            if any(o.compute_slices == size for o in options):
-                return size
-        raise SimgpuError(f"unknown compute-instance profile {profile!r} for a {gi.profile.name} GPU instance",
-                          field="profile", allowed=allowed)
-
-    @staticmethod
-    def _ci_sms(gi: MigProfile, size: int) -> int:
-        """SMs of a CI: its share of the GI's SMs, rounded down to whole TPCs (2 SMs); exact for the
-        published A100 figures (1c = 14, 4c.7g = 56)."""
-        if size == gi.compute_slices:
-            return gi.sms
-        return max(2, (gi.sms * size // gi.compute_slices) // 2 * 2)

@@ -1,16 +1,9 @@
-"""One error type for bad placement/trace input, so shells can print it as one line (CLI: exit code 2)."""
+"""The placement core's error type: fgpu's one InputError under the name its callers already catch, so a shell
+prints it as one line (CLI: exit code 2)."""
 from __future__ import annotations
 
-from collections.abc import Iterable
+from fgpu_contracts.errors import InputError
 
 
-class PlacementInputError(ValueError):
+class PlacementInputError(InputError):
     """Bad input (trace, node list, policy name, seeds), naming the field and what would have been allowed."""
-
-    def __init__(self, message: str, *, field: str | None = None, allowed: Iterable[object] | None = None):
-        self.field = field
-        self.allowed = list(allowed) if allowed is not None else None
-        text = f"{field}: {message}" if field else message
-        if self.allowed is not None:
-            text += f" (allowed: {', '.join(str(a) for a in self.allowed)})"
-        super().__init__(text)

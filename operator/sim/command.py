@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import sys
 
 from fgpu_operator.placement.errors import PlacementInputError
 from fgpu_operator.placement.policies import DEFAULT_POLICY, POLICY_NAMES
@@ -129,14 +128,10 @@ def _run_replay(args, policies: list[str], seeds: list[int], pods: list[str | No
 def _with_progress(jobs, workers, run_jobs):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from .console import stderr_console
+
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, transient=True, console=_stderr_console()) as progress:
+    with Progress(*columns, transient=True, console=stderr_console()) as progress:
         task = progress.add_task(f"replaying {len(jobs)} runs", total=len(jobs))
         return run_jobs(jobs, workers, lambda r: progress.update(
             task, advance=1, description=f"{r.policy} seed {r.seed}"))
-
-
-def _stderr_console():
-    from rich.console import Console
-
-    return Console(file=sys.stderr)

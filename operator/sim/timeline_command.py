@@ -22,7 +22,7 @@ def parse_load(text: str) -> float:
 
 
 def run_timeline(args, policies: list[str], pods: list[str | None]) -> int:
-    from .command import _stderr_console
+    from .console import stderr_console
     from .timeline import run_timeline as replay_timeline
 
     nodes = load_nodes(args.nodes)
@@ -30,7 +30,7 @@ def run_timeline(args, policies: list[str], pods: list[str | None]) -> int:
     seed = args.seed if args.seed is not None else 42
     load = getattr(args, "load", None)
     results = []
-    with _stderr_console().status("replaying timelines") as status:
+    with stderr_console().status("replaying timelines") as status:
         for trace in traces:
             for policy in policies:
                 status.update(f"timeline: {policy} on {trace.name}")

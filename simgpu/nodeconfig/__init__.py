@@ -10,11 +10,10 @@ time dilation. See docs/deviceplugin.md for the reference and deploy/examples/no
 Pure: no Kubernetes, no gRPC. Every error is a SimgpuError naming the field (e.g. ``gpus[0].model``).
 """
 from .load import load_node_config, parse_node_config, resolve_node_name
+from .resolve import NodeConfig
 from .schema import (
     DEFAULT_TOKEN_SECRET_FILE,
     DEVICES_ALLOWED,
-    GPU_RESOURCE,
-    MIG_RESOURCE_PREFIX,
     SHARING_MODES,
     DeviceRef,
     Fractional,
@@ -23,19 +22,17 @@ from .schema import (
     GpuGroup,
     MigConfig,
     MigInstance,
-    NodeConfig,
     ReplicatedResource,
     ReplicatedSharing,
     Sharing,
     SharingMode,
     gpu_uuid,
-    mig_resource_name,
     mig_uuid,
 )
 
 __all__ = [
-    "DEFAULT_TOKEN_SECRET_FILE", "DEVICES_ALLOWED", "GPU_RESOURCE", "MIG_RESOURCE_PREFIX", "SHARING_MODES",
+    "DEFAULT_TOKEN_SECRET_FILE", "DEVICES_ALLOWED", "SHARING_MODES",
     "DeviceRef", "Fractional", "FractionalResources", "GpuDevice", "GpuGroup", "MigConfig", "MigInstance",
     "NodeConfig", "ReplicatedResource", "ReplicatedSharing", "Sharing", "SharingMode", "gpu_uuid",
-    "load_node_config", "mig_resource_name", "mig_uuid", "parse_node_config", "resolve_node_name",
+    "load_node_config", "mig_uuid", "parse_node_config", "resolve_node_name",
 ]

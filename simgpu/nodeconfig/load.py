@@ -11,7 +11,7 @@ import yaml
 
 from simgpu.errors import SimgpuError
 
-from .schema import NodeConfig
+from .resolve import NodeConfig
 
 
 def _loc(parts: tuple) -> str:

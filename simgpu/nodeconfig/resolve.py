@@ -1,25 +1,76 @@
-"""Cross-field rules of the node config and what each GPU ends up as: MIG placements, sharing mode and replicas
-after `sharing.<mode>.resources[].devices` selections (NVIDIA's device map: what no entry selects stays whole).
-Every error is a SimgpuError naming the field."""
+"""The node config (NodeConfig), its cross-field rules, and what each GPU ends up as: MIG placements, sharing
+mode and replicas after `sharing.<mode>.resources[].devices` selections (NVIDIA's device map: what no entry
+selects stays whole). NodeConfig lives here, not in schema.py, because its validation and `gpu_devices` are
+these rules. Every error is a SimgpuError naming the field."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
+import pydantic
+
+from fgpu_contracts.keys import GPU_RESOURCE, MIG_RESOURCE_PREFIX, mig_resource_name
 from simgpu.errors import SimgpuError
 
 from .schema import (
-    GPU_RESOURCE,
-    MIG_RESOURCE_PREFIX,
+    DEFAULT_TOKEN_SECRET_FILE,
+    ConfigModel,
     DeviceRef,
+    Fractional,
     GpuDevice,
     GpuGroup,
     MigInstance,
-    NodeConfig,
     ReplicatedResource,
+    ReplicatedSharing,
+    Sharing,
     gpu_uuid,
-    mig_resource_name,
     mig_uuid,
 )
+
+
+class NodeConfig(ConfigModel):
+    """A node's config file: its GPU groups, how they are shared, and the node-wide settings."""
+
+    version: Literal["v1"]
+    node_name: str | None = None  # optional; else --node-name / $NODE_NAME / hostname (resolve_node_name)
+    gpus: list[GpuGroup] = pydantic.Field(min_length=1)
+    mig_strategy: Literal["none", "single", "mixed"] | None = None  # default: mixed if any MIG GPU, else none
+    memory_quota: Literal["hard", "oversubscribe"] = "hard"
+    time_dilation: float = pydantic.Field(default=1.0, ge=1e-3)
+    token_secret_file: str = DEFAULT_TOKEN_SECRET_FILE
+    state_dir: str | None = None  # the device plugin's state (allocation journal); see deviceplugin/statedir.py
+    sharing: Sharing = Sharing()
+    fractional: Fractional = Fractional()
+
+    @pydantic.model_validator(mode="after")
+    def _consistent(self) -> NodeConfig:
+        check_groups(self)
+        return self
+
+    # -- derived values --
+    @property
+    def effective_mig_strategy(self) -> str:
+        if self.mig_strategy is not None:
+            return self.mig_strategy
+        return "mixed" if any(g.mig_enabled for g in self.gpus) else "none"
+
+    def sharing_mode(self, group: GpuGroup) -> str:
+        if group.sharing is not None:
+            return group.sharing
+        if self.sharing.time_slicing is not None:
+            return "timeSlicing"
+        if self.sharing.mps is not None:
+            return "mps"
+        return "exclusive"
+
+    def replicated(self, mode: str) -> ReplicatedSharing | None:
+        return {"timeSlicing": self.sharing.time_slicing, "mps": self.sharing.mps}.get(mode)
+
+    def gpu_devices(self, node_name: str) -> list[GpuDevice]:
+        """The node's GPUs with stable UUIDs (uuid5 of node name + index), their MIG instances, and the sharing
+        mode and replicas each one ends up with once `sharing.<mode>.resources[].devices` is applied. A device
+        UUID that is not on this node is a SimgpuError naming the `devices` field."""
+        return resolve_devices(self, node_name)
 
 
 def _replicas(cfg: NodeConfig, group: GpuGroup, mode: str) -> int:

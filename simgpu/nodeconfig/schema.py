@@ -1,6 +1,7 @@
-"""The node configuration's schema: NVIDIA's sharing block, fgpu's additions, and the resolved device view.
+"""The node configuration's parts: NVIDIA's sharing block, fgpu's additions, and the resolved device view.
 
-Pure pydantic models; cross-field rules and `devices` selection live in `resolve.py`, loading in `load.py`.
+Pure pydantic models that need no other rule; the whole NodeConfig, whose rules span these parts, lives in
+`resolve.py` with those rules (so neither module imports the other back), loading in `load.py`.
 """
 from __future__ import annotations
 
@@ -12,18 +13,19 @@ from typing import Literal
 import pydantic
 from pydantic.alias_generators import to_camel
 
+from fgpu_contracts.keys import GPU_CORES_RESOURCE, GPU_MEMORY_RESOURCE, GPU_RESOURCE
 from simgpu.errors import SimgpuError
 
 SharingMode = Literal["exclusive", "timeSlicing", "mps", "fractional"]
 SHARING_MODES: tuple[str, ...] = ("exclusive", "timeSlicing", "mps", "fractional")
-GPU_RESOURCE = "nvidia.com/gpu"
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 DEFAULT_TOKEN_SECRET_FILE = "/etc/fgpu/token-secret"
 # Namespace for uuid5-derived device UUIDs: fixed forever, so a node's UUIDs never change across restarts.
 _UUID_NAMESPACE = uuid.UUID("6d1f3c1e-7c0a-5b8e-9a55-0f6d2b8f4a11")
 
 
-class _Model(pydantic.BaseModel):
+class ConfigModel(pydantic.BaseModel):
+    """Frozen, unknown fields are errors, camelCase in YAML (NVIDIA's spelling)."""
+
     model_config = pydantic.ConfigDict(
         extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True
     )
@@ -74,7 +76,7 @@ def _devices(value: object) -> str | int | tuple[DeviceRef, ...]:
     return refs
 
 
-class ReplicatedResource(_Model):
+class ReplicatedResource(ConfigModel):
     """One entry of NVIDIA's `sharing.<mode>.resources`: advertise `replicas` devices per device of `name`.
     `devices` selects which ones (NVIDIA's schema: all, a count, or a list); devices of `name` left out stay
     whole, under `name` (NVIDIA's rule, internal/rm/device_map.go)."""
@@ -94,7 +96,7 @@ class ReplicatedResource(_Model):
         return self.devices == "all"
 
 
-class ReplicatedSharing(_Model):
+class ReplicatedSharing(ConfigModel):
     rename_by_default: bool = False
     fail_requests_greater_than_one: bool = False
     resources: list[ReplicatedResource] = pydantic.Field(min_length=1)
@@ -119,7 +121,7 @@ class ReplicatedSharing(_Model):
         return f"{resource}.shared" if self.rename_by_default else resource
 
 
-class Sharing(_Model):
+class Sharing(ConfigModel):
     time_slicing: ReplicatedSharing | None = None
     mps: ReplicatedSharing | None = None
 
@@ -132,26 +134,26 @@ class Sharing(_Model):
 
 
 # --- fgpu additions ---------------------------------------------------------------------------------------
-class FractionalResources(_Model):
+class FractionalResources(ConfigModel):
     """Resource names of fgpu's fractional mode; defaults are HAMi's (peers.md section (c))."""
 
     gpu: str = GPU_RESOURCE  # device-plugin resource: vGPU slots, `splitCount` per physical GPU
-    memory: str = "nvidia.com/gpumem"  # node-level extended resource, MiB
-    cores: str = "nvidia.com/gpucores"  # node-level extended resource, percent per GPU (100 each)
+    memory: str = GPU_MEMORY_RESOURCE  # node-level extended resource, MiB
+    cores: str = GPU_CORES_RESOURCE  # node-level extended resource, percent per GPU (100 each)
 
 
-class Fractional(_Model):
+class Fractional(ConfigModel):
     resources: FractionalResources = FractionalResources()
     split_count: int = pydantic.Field(default=10, ge=1, le=1000)  # HAMi's deviceSplitCount
 
 
-class MigConfig(_Model):
+class MigConfig(ConfigModel):
     mode: Literal["enabled", "disabled"] = "enabled"
     # Profiles to create, e.g. ["3g.40gb", "4g.40gb"], or "all-<profile>" (as mig-parted's all-1g.10gb).
     layout: list[str] | str = []
 
 
-class GpuGroup(_Model):
+class GpuGroup(ConfigModel):
     model: str
     count: int = pydantic.Field(default=1, ge=1, le=64)
     sharing: SharingMode | None = None  # default: the node-level NVIDIA sharing block's mode, else exclusive
@@ -197,63 +199,9 @@ class GpuDevice:
         return get_gpu(self.model)
 
 
-def mig_resource_name(profile: str) -> str:
-    """`nvidia.com/mig-<profile>`; "+" (media-extension profiles such as 1g.10gb+me) is not allowed in a
-    resource name, so it becomes "." (nvidia.com/mig-1g.10gb.me)."""
-    return f"{MIG_RESOURCE_PREFIX}{profile.replace('+', '.')}"
-
-
 def gpu_uuid(node_name: str, index: int) -> str:
     return f"GPU-{uuid.uuid5(_UUID_NAMESPACE, f'{node_name}/gpu/{index}')}"
 
 
 def mig_uuid(node_name: str, gpu_index: int, profile: str, start: int) -> str:
     return f"MIG-{uuid.uuid5(_UUID_NAMESPACE, f'{node_name}/gpu/{gpu_index}/mig/{profile}@{start}')}"
-
-
-class NodeConfig(_Model):
-    version: Literal["v1"]
-    node_name: str | None = None  # optional; else --node-name / $NODE_NAME / hostname (resolve_node_name)
-    gpus: list[GpuGroup] = pydantic.Field(min_length=1)
-    mig_strategy: Literal["none", "single", "mixed"] | None = None  # default: mixed if any MIG GPU, else none
-    memory_quota: Literal["hard", "oversubscribe"] = "hard"
-    time_dilation: float = pydantic.Field(default=1.0, ge=1e-3)
-    token_secret_file: str = DEFAULT_TOKEN_SECRET_FILE
-    state_dir: str | None = None  # the device plugin's state (allocation journal); see deviceplugin/statedir.py
-    sharing: Sharing = Sharing()
-    fractional: Fractional = Fractional()
-
-    @pydantic.model_validator(mode="after")
-    def _consistent(self) -> NodeConfig:
-        from .resolve import check_groups
-
-        check_groups(self)
-        return self
-
-    # -- derived values --
-    @property
-    def effective_mig_strategy(self) -> str:
-        if self.mig_strategy is not None:
-            return self.mig_strategy
-        return "mixed" if any(g.mig_enabled for g in self.gpus) else "none"
-
-    def sharing_mode(self, group: GpuGroup) -> str:
-        if group.sharing is not None:
-            return group.sharing
-        if self.sharing.time_slicing is not None:
-            return "timeSlicing"
-        if self.sharing.mps is not None:
-            return "mps"
-        return "exclusive"
-
-    def replicated(self, mode: str) -> ReplicatedSharing | None:
-        return {"timeSlicing": self.sharing.time_slicing, "mps": self.sharing.mps}.get(mode)
-
-    def gpu_devices(self, node_name: str) -> list[GpuDevice]:
-        """The node's GPUs with stable UUIDs (uuid5 of node name + index), their MIG instances, and the sharing
-        mode and replicas each one ends up with once `sharing.<mode>.resources[].devices` is applied. A device
-        UUID that is not on this node is a SimgpuError naming the `devices` field."""
-        from .resolve import resolve_devices
-
-        return resolve_devices(self, node_name)
-

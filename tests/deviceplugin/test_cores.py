@@ -6,21 +6,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from deviceplugin.allocate import AllocateError, AllocContext, allocate_assignment, preferred_allocation
-from deviceplugin.handoff import (
-    ALLOCATED,
-    ASSIGNED_AT,
-    ASSIGNMENT,
+from deviceplugin.handoff import PodView, find_assignment
+from deviceplugin.labels import Health, inventory, inventory_annotation, node_labels
+from deviceplugin.resources import discover, node_devices, node_level_resources
+from fgpu_contracts.assignment import (
     Assignment,
     ContainerAssignment,
     DeviceShare,
-    PodView,
     dump_assignment,
-    find_assignment,
     parse_assignment,
 )
-from deviceplugin.labels import INVENTORY, Health, inventory, inventory_annotation, node_labels
-from deviceplugin.resources import discover, node_devices, node_level_resources
-from simgpu.errors import SimgpuError
+from fgpu_contracts.errors import InputError
+from fgpu_contracts.inventory import parse_inventory
+from fgpu_contracts.keys import ALLOCATED, ASSIGNED_AT, ASSIGNMENT, INVENTORY
 from simgpu.nodeconfig import parse_node_config
 from simgpu.token import verify_token
 
@@ -90,7 +88,7 @@ def test_allocate_assignment_foreign_device_and_no_match():
 
 @given(st.text(max_size=100))
 def test_parse_assignment_garbage(text):
-    with pytest.raises(SimgpuError) as err:
+    with pytest.raises(InputError) as err:
         parse_assignment(text)
     assert err.value.field == ASSIGNMENT
 
@@ -151,12 +149,12 @@ def test_inventory_reports_health_and_mig():
     cfg = parse_node_config({"version": "v1", "gpus": [{"model": "A100-40GB", "mig": {"layout": ["3g.20gb", "4g.20gb"]}}]})
     gpus = cfg.gpu_devices("n1")
     inv = inventory(cfg, "n1", gpus, discover(cfg, "n1"), {gpus[0].uuid: Health(False, 79)})
-    g = inv["gpus"][0]
-    assert (g["healthy"], g["xid"], g["sms"]) == (False, 79, gpus[0].spec.sms)
-    assert [m["profile"] for m in g["mig"]] == ["3g.20gb", "4g.20gb"] and not g["mig"][0]["healthy"]
-    assert inv["resources"] == {"nvidia.com/mig-3g.20gb": 1, "nvidia.com/mig-4g.20gb": 1}
-    assert inv["nodeResources"] == {}
-    assert json.loads(inventory_annotation(inv)[INVENTORY]) == inv
+    g = inv.gpus[0]
+    assert (g.healthy, g.xid, g.sms) == (False, 79, gpus[0].spec.sms)
+    assert [m.profile for m in g.mig] == ["3g.20gb", "4g.20gb"] and not g.mig[0].healthy
+    assert inv.resources == {"nvidia.com/mig-3g.20gb": 1, "nvidia.com/mig-4g.20gb": 1}
+    assert inv.node_resources == {}
+    assert parse_inventory(inventory_annotation(inv)[INVENTORY]) == inv
 
 
 def test_media_extension_profile_gets_a_valid_resource_name():

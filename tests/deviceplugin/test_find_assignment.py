@@ -6,18 +6,15 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deviceplugin.handoff import (
-    ALLOCATED,
-    ASSIGNED_AT,
-    ASSIGNMENT,
+from deviceplugin.handoff import PodView, find_assignment
+from fgpu_contracts.assignment import (
     Assignment,
     ContainerAssignment,
     DeviceShare,
-    PodView,
     dump_assignment,
-    find_assignment,
     parse_assignment,
 )
+from fgpu_contracts.keys import ALLOCATED, ASSIGNED_AT, ASSIGNMENT
 
 
 def reference(pods, node, device_count, taken):

@@ -7,8 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from deviceplugin.kube import KubeNode
-from deviceplugin.labels import inventory, model_label_prefix, node_labels, stale_labels
+from deviceplugin.labels import inventory, node_labels, stale_labels
 from deviceplugin.resources import discover
+from fgpu_contracts.keys import model_label_prefix
 from simgpu.nodeconfig import parse_node_config
 
 KEY = re.compile(r"([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
@@ -100,10 +101,10 @@ def test_labels_agree_with_the_inventory(groups):
     gpus = cfg.gpu_devices("n1")
     labels = node_labels(cfg, gpus)
     inv = inventory(cfg, "n1", gpus, discover(cfg, "n1"), {})
-    models = Counter(g["model"] for g in inv["gpus"])
+    models = Counter(g.model for g in inv.gpus)
     per_model = {k: int(v) for k, v in labels.items() if k.startswith("fgpu.io/gpu-") and k.endswith(".count")}
     assert per_model == {f"{model_label_prefix(m)}.count": n for m, n in models.items()}
-    assert int(labels["nvidia.com/gpu.count"]) == len(inv["gpus"])
+    assert int(labels["nvidia.com/gpu.count"]) == len(inv.gpus)
     if len(models) == 1:
         assert labels["nvidia.com/gpu.product"].startswith(next(iter(models)))
     else:

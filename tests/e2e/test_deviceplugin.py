@@ -25,15 +25,13 @@ sys.path.insert(0, str(REPO / "tests" / "deviceplugin"))
 from stub_kubelet import StubKubelet  # noqa: E402
 
 from deviceplugin.api import api_pb2  # noqa: E402
-from deviceplugin.handoff import (  # noqa: E402
-    ALLOCATED,
-    ASSIGNED_AT,
-    ASSIGNMENT,
+from fgpu_contracts.assignment import (  # noqa: E402
     Assignment,
     ContainerAssignment,
     DeviceShare,
     dump_assignment,
 )
+from fgpu_contracts.keys import ALLOCATED, ASSIGNED_AT, ASSIGNMENT  # noqa: E402
 from simgpu.nodeconfig import parse_node_config  # noqa: E402
 from simgpu.token import verify_token  # noqa: E402
 

@@ -2,7 +2,7 @@
 import pytest
 
 from simgpu.catalog import get_gpu
-from simgpu.counters import DCGM_FIELDS, Activity, combine, total_activity
+from simgpu.counters import Activity, combine, total_activity
 from simgpu.device import ClientSpec, EmulatedDevice, build_gpu
 from simgpu.perf import ElementwiseOp, GemmOp
 
@@ -37,7 +37,6 @@ def test_counters_are_ratios_and_framebuffer_adds_up(mode):
     assert c.fb_used == 13 * GIB == sum(cl.fb_used for cl in c.clients.values())
     assert c.gr_engine_active > 0.95  # always something running
     assert c.tensor_active > 0.2 and c.dram_active > 0.2  # a GEMM and a stream both ran
-    assert set(c.dcgm()) == set(DCGM_FIELDS)
 
 
 @pytest.mark.parametrize("mode", ["timeslice", "mps"])

@@ -1,5 +1,5 @@
-"""MIG: profile tables, layout validity (NVIDIA's documented cases + an enumeration oracle), emulated
-GI/CI create/destroy semantics, and MIG instances as smaller GPUs."""
+"""MIG: profile tables, layout validity (NVIDIA's documented cases + an enumeration oracle), and MIG instances
+as smaller GPUs."""
 from __future__ import annotations
 
 import itertools
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from simgpu import mig
 from simgpu.catalog import get_gpu
 from simgpu.errors import SimgpuError
-from simgpu.mig import MigGpu, check_layout, get_profile, instance_spec, profiles
+from simgpu.mig import check_layout, get_profile, instance_spec, profiles
 
 MIG_GPUS = ["A100-40GB", "A100-80GB", "A30", "H100", "H100-PCIE", "H200"]
 
@@ -70,7 +70,7 @@ def test_unknown_profile_lists_the_gpus_profiles():
 
 @pytest.mark.parametrize("gpu", ["T4", "V100", "L40S", "P100"])
 def test_mig_on_gpu_without_mig(gpu):
-    for call in (lambda: profiles(gpu), lambda: check_layout(gpu, ["1g.5gb"]), lambda: MigGpu(gpu)):
+    for call in (lambda: profiles(gpu), lambda: check_layout(gpu, ["1g.5gb"])):
         with pytest.raises(SimgpuError) as info:
             call()
         assert info.value.field == "gpu"
@@ -264,151 +264,6 @@ def test_fuzz_bad_profile_names(name):
         assert prof.name == mig.normalize_profile_name(name)
 
 
-# ------------------------------------------------------------------------------------------ emulated state
-
-def test_create_4g_then_3g_takes_the_other_half():
-    g = MigGpu("A100-40GB")
-    four = g.create_gi("4g.20gb")
-    three = g.create_gi("3g.20gb")
-    assert (four.start, three.start) == (0, 4)
-    with pytest.raises(SimgpuError, match="Insufficient Resources"):
-        g.create_gi("1g.5gb")
-
-
-def test_gi_ids_follow_nvidia_smi_numbering():
-    g = MigGpu("A100-40GB")
-    assert g.create_gi("3g.20gb", start=4).id == 2
-    assert g.create_gi("2g.10gb", start=0).id == 3
-    assert g.create_gi("1g.5gb", start=2).id == 9
-    assert g.create_gi("1g.5gb", start=3).id == 10
-    assert MigGpu("A100-40GB").create_gi("7g.40gb").id == 0
-
-
-def test_explicit_start_is_validated():
-    g = MigGpu("A100-40GB")
-    with pytest.raises(SimgpuError) as info:
-        g.create_gi("4g.20gb", start=4)
-    assert info.value.field == "start" and info.value.allowed == [0]
-    g.create_gi("3g.20gb", start=0)
-    with pytest.raises(SimgpuError, match="overlaps GPU instance 1"):
-        g.create_gi("4g.20gb", start=0)
-    with pytest.raises(SimgpuError) as info:
-        g.create_gi("2g.10gb", start=2)
-    assert info.value.allowed == [4]
-
-
-def test_default_placement_matches_observed_driver_choices():
-    """`nvidia-smi mig -cgi 19 -C; -cgi 9 -C; -lgi` on an A100-40GB: 1g.5gb at 6:1 (GI 13), 3g.20gb at 0:4 (GI 1)."""
-    g = MigGpu("A100-40GB")
-    one = g.create_gi("1g.5gb")
-    three = g.create_gi("3g.20gb")
-    assert (one.start, one.id, three.start, three.id) == (6, 13, 0, 1)
-
-
-def test_mig_guide_known_issue_create_3g_before_small_instances():
-    """G1: with no explicit placements, create the 3g.20gb first (`-cgi 9,19,14,19`); creating small
-    instances first can leave no room for it."""
-    good = MigGpu("A100-40GB")
-    for name in ("3g.20gb", "1g.5gb", "2g.10gb", "1g.5gb"):
-        good.create_gi(name)
-    assert sorted(p.profile for p in good.layout()) == ["1g.5gb", "1g.5gb", "2g.10gb", "3g.20gb"]
-    bad = MigGpu("A100-40GB")
-    for _ in range(4):
-        bad.create_gi("1g.5gb")
-    with pytest.raises(SimgpuError, match="Insufficient Resources"):
-        bad.create_gi("3g.20gb")
-    assert check_layout("A100-40GB", ["1g.5gb"] * 4 + ["3g.20gb"])  # the layout itself is valid
-
-
-def test_max_count_and_media_extensions_enforced_on_create():
-    g = MigGpu("A100-40GB")
-    for _ in range(3):
-        g.create_gi("2g.10gb")
-    with pytest.raises(SimgpuError, match="at most 3"):
-        g.create_gi("2g.10gb")
-    a30 = MigGpu("A30")
-    a30.create_gi("1g.6gb+me")
-    with pytest.raises(SimgpuError, match=r"\+me"):
-        a30.create_gi("2g.12gb+me")
-
-
-def test_destroy_gi_with_compute_instances_fails_like_nvidia_smi():
-    g = MigGpu("A100-40GB")
-    gi = g.create_gi("3g.20gb")
-    ci = g.create_ci(gi.id, "1c.3g.20gb")
-    with pytest.raises(SimgpuError, match="In use by another client"):
-        g.destroy_gi(gi.id)
-    g.destroy_ci(gi.id, ci.id)
-    g.destroy_gi(gi.id)
-    assert g.layout() == []
-    with pytest.raises(SimgpuError) as info:
-        g.destroy_gi(gi.id)
-    assert info.value.field == "gi"
-
-
-def test_destroyed_space_is_reusable():
-    g = MigGpu("H100")
-    g.destroy_gi(g.create_gi("7g.80gb").id)
-    g.create_gi("4g.40gb")
-    g.create_gi("3g.40gb")
-    assert [(p.profile, p.start) for p in g.layout()] == [("4g.40gb", 0), ("3g.40gb", 4)]
-
-
-def test_compute_instances_in_a_3g():
-    g = MigGpu("A100-40GB")
-    gi = g.create_gi("3g.20gb")
-    cis = [g.create_ci(gi.id, "1c") for _ in range(3)]
-    assert [c.start for c in cis] == [0, 1, 2] and [c.id for c in cis] == [0, 1, 2]
-    assert all(c.sms == 14 for c in cis)
-    assert cis[0].profile_name(gi) == "1c.3g.20gb"
-    with pytest.raises(SimgpuError):
-        g.create_ci(gi.id, "1c")
-    g.destroy_ci(gi.id, 0)
-    g.destroy_ci(gi.id, 1)
-    two = g.create_ci(gi.id, "2c.3g.20gb")   # G3: 2c + 1c
-    assert (two.start, two.sms, two.id) == (0, 28, 0)
-
-
-def test_compute_instance_profiles_per_gi():
-    g = MigGpu("A100-40GB")
-    four = g.create_gi("4g.20gb")
-    with pytest.raises(SimgpuError) as info:
-        g.create_ci(four.id, "3c")  # no 3c inside a 4g GI
-    assert info.value.allowed == ["1c.4g.20gb", "2c.4g.20gb", "4c.4g.20gb"]
-    whole = g.create_ci(four.id)
-    assert whole.sms == 56 and whole.profile_name(four) == "4g.20gb"
-    g7 = MigGpu("A100-40GB")
-    seven = g7.create_gi("7g.40gb")
-    assert g7.create_ci(seven.id, "4c.7g.40gb").sms == 56  # ALCF: 4c.7g.40gb = 56 SMs
-    with pytest.raises(SimgpuError) as info:
-        g7.create_ci(seven.id, "3c", start=2)
-    assert info.value.field == "start"
-
-
-@settings(max_examples=150, deadline=None)
-@given(gpu=st.sampled_from(MIG_GPUS), data=st.data())
-def test_fuzz_create_destroy_keeps_a_valid_layout(gpu, data):
-    g = MigGpu(gpu)
-    names = [p.name for p in profiles(gpu)]
-    for _ in range(data.draw(st.integers(1, 15))):
-        if g.gpu_instances and data.draw(st.booleans()):
-            g.destroy_gi(data.draw(st.sampled_from(sorted(g.gpu_instances))))
-        else:
-            name = data.draw(st.sampled_from(names))
-            can = g.free_instances()[name] > 0
-            try:
-                g.create_gi(name)
-            except SimgpuError as err:
-                assert err.field in ("profile", "start")
-                assert not can, f"free_instances said {name} fits, create_gi refused: {err}"
-            else:
-                assert can, f"created {name} although free_instances said 0"
-        layout = g.layout()
-        if layout:
-            assert tuple(sorted(p.profile for p in layout)) in _valid_multisets(gpu)
-            _assert_sound(gpu, [p.profile for p in layout], layout)
-
-
 # ------------------------------------------------------------------------------------------ instance specs
 
 def test_instance_spec_is_a_smaller_gpu():
@@ -442,13 +297,3 @@ def test_double_memory_1g_profiles_get_one_eighth_of_l2():
     assert one20.mem_bw_bytes_per_s == pytest.approx(h100.mem_bw_bytes_per_s / 4)
     assert one20.sms == 26
     assert instance_spec("H200", "1g.35gb").l2_bytes == get_gpu("H200").l2_bytes // 8
-
-
-def test_free_instances_like_nvidia_smi_lgip():
-    g = MigGpu("A100-40GB")
-    assert g.free_instances() == {"1g.5gb": 7, "1g.5gb+me": 1, "1g.10gb": 4, "2g.10gb": 3, "3g.20gb": 2,
-                                  "4g.20gb": 1, "7g.40gb": 1}
-    g.create_gi("3g.20gb", start=4)
-    g.create_gi("1g.5gb+me", start=0)
-    assert g.free_instances() == {"1g.5gb": 3, "1g.5gb+me": 0, "1g.10gb": 1, "2g.10gb": 1, "3g.20gb": 0,
-                                  "4g.20gb": 0, "7g.40gb": 0}

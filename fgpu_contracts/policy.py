@@ -1,0 +1,35 @@
+"""The cluster's scheduling defaults, as the SchedulingPolicy custom resource (group fgpu.io, v1alpha1,
+cluster-scoped; deploy/crds/schedulingpolicy.yaml): what a pod gets when its request does not say. The
+operator reads it; a pod's own annotations (HAMi's policy annotations, `fgpu.io/policy`, ...) still win."""
+from __future__ import annotations
+
+from typing import Literal
+
+import pydantic
+
+from fgpu_contracts.keys import CRD_API_VERSION, SCHEDULING_POLICY_KIND, TAKEOVER_SCHEDULERS
+from fgpu_contracts.wire import Condition, ObjectMeta, WireModel
+
+NodePolicy = Literal["binpack", "spread", "fgd", "fgpu"]
+GpuPolicy = Literal["binpack", "spread"]
+
+
+class SchedulingPolicySpec(WireModel):
+    node_policy: NodePolicy = "fgpu"  # which node a pod goes to
+    gpu_policy: GpuPolicy = "binpack"  # which GPU of that node
+    takeover_schedulers: tuple[str, ...] = TAKEOVER_SCHEDULERS  # GPU pods naming these are scheduled by fgpu
+    aliyun_memory_unit: Literal["GiB", "MiB"] = "GiB"  # the unit of `aliyun.com/gpu-mem` (gpushare's option)
+    default_slo_slowdown: float = pydantic.Field(default=1.2, gt=1.0, le=100.0)  # a high-priority pod's bound
+
+
+class SchedulingPolicyStatus(WireModel):
+    observed_generation: int | None = pydantic.Field(default=None, ge=0)
+    conditions: tuple[Condition, ...] = ()
+
+
+class SchedulingPolicy(WireModel):
+    api_version: Literal[CRD_API_VERSION] = CRD_API_VERSION
+    kind: Literal[SCHEDULING_POLICY_KIND] = SCHEDULING_POLICY_KIND
+    metadata: ObjectMeta
+    spec: SchedulingPolicySpec = SchedulingPolicySpec()
+    status: SchedulingPolicyStatus | None = None
