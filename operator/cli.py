@@ -8,7 +8,8 @@ import sys
 
 from fgpu_operator.placement.errors import PlacementInputError
 
-COMMAND_MODULES = ("fgpu_operator.sim.command", "fgpu_operator.controller.command")
+COMMAND_MODULES = ("fgpu_operator.sim.command", "fgpu_operator.controller.command",
+                   "fgpu_operator.inspect.command")
 
 
 class _OneLineParser(argparse.ArgumentParser):
