@@ -35,6 +35,15 @@ def register(subparsers) -> None:
     p.add_argument("--lease-namespace", default="kube-system")
     p.add_argument("--identity", help="this replica's name in the Lease (default: hostname + random)")
     p.add_argument("--liveness", default="", help="serve Kopf's liveness probe, e.g. http://0.0.0.0:8080/healthz")
+    p.add_argument("--webhook-port", type=int, default=0, help="serve the admission webhook on this port (0: off)")
+    p.add_argument("--webhook-addr", default="0.0.0.0", help="address the webhook listens on")
+    p.add_argument("--webhook-host", default="", help="host name the apiserver uses to reach the webhook")
+    p.add_argument("--webhook-cert-dir", default="", help="directory with tls.crt, tls.key, ca.pem "
+                   "(default: a self-signed CA made at start)")
+    p.add_argument("--manage-webhook-config", action="store_true",
+                   help="create the Mutating/ValidatingWebhookConfiguration (the Helm chart ships its own)")
+    p.add_argument("--trusted-user", action="append", default=[],
+                   help="user allowed to edit hand-off annotations (the operator's / plugin's service account)")
     p.add_argument("-v", "--verbose", action="store_true")
     p.set_defaults(func=run)
 
@@ -51,8 +60,17 @@ def run(args: argparse.Namespace) -> int:
     handlers.CONFIG = handlers.OperatorConfig(
         kubeconfig=args.kubeconfig, policy=args.policy, qps=args.qps, burst=args.burst,
         binds_in_flight=args.binds_in_flight, leader_elect=not args.no_leader_elect,
-        lease_namespace=args.lease_namespace, identity=args.identity)
+        lease_namespace=args.lease_namespace, identity=args.identity, webhook_port=args.webhook_port,
+        webhook_addr=args.webhook_addr, webhook_host=args.webhook_host, webhook_cert_dir=args.webhook_cert_dir,
+        manage_webhook_config=args.manage_webhook_config)
+    if not 0 <= args.webhook_port <= 65535:
+        raise InputError(f"{args.webhook_port} is not a TCP port", field="--webhook-port", allowed=["0..65535"])
+    if args.webhook_port:
+        from . import webhook
+
+        webhook.TRUSTED_USERS.update(args.trusted_user)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per watch event otherwise
     kopf.run(standalone=True, clusterwide=True, liveness_endpoint=args.liveness or None)
     return 0

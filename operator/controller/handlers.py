@@ -40,6 +40,11 @@ class OperatorConfig:
     lease_namespace: str = "kube-system"
     lease_name: str = "fgpu-scheduler"
     identity: str | None = None
+    webhook_port: int = 0  # 0: no admission webhook in this process
+    webhook_addr: str = "0.0.0.0"
+    webhook_host: str = ""  # the name the apiserver dials (Service DNS name, or 127.0.0.1 in tests)
+    webhook_cert_dir: str = ""  # tls.crt / tls.key / ca.pem mounted by the chart; empty: self-signed
+    manage_webhook_config: bool = False  # let Kopf create the (Mutating|Validating)WebhookConfiguration
 
 
 #: Set by `run` before Kopf starts (Kopf handlers are module-level functions).
@@ -62,6 +67,10 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     settings.posting.enabled = False  # no Kopf log events on objects
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 60
+    if CONFIG.webhook_port:
+        settings.admission.server = _webhook_server()
+        if CONFIG.manage_webhook_config:
+            settings.admission.managed = "fgpu.io"
     creds = kubeconfig.load(CONFIG.kubeconfig)
     limits = Limits(qps=CONFIG.qps, burst=CONFIG.burst, max_in_flight=CONFIG.binds_in_flight)
     memo.api = ApiSession(creds, limits)
@@ -83,6 +92,22 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
         memo.tasks.append(asyncio.create_task(_wake_on_leadership(elector, memo.scheduler)))
     log.info("fgpu scheduler started: %d nodes, %d allocations restored", len(memo.scheduler.live.specs),
              len(memo.scheduler.live.allocations))
+
+
+def _webhook_server() -> kopf.WebhookServer:
+    import tempfile
+    from pathlib import Path
+
+    from .certs import ServingCert, self_signed
+
+    host = CONFIG.webhook_host or "127.0.0.1"
+    if CONFIG.webhook_cert_dir:
+        d = Path(CONFIG.webhook_cert_dir)
+        cert = ServingCert(d / "tls.crt", d / "tls.key", d / "ca.pem")
+    else:
+        cert = self_signed(Path(tempfile.mkdtemp(prefix="fgpu-webhook-")), [host])
+    return kopf.WebhookServer(addr=CONFIG.webhook_addr, port=CONFIG.webhook_port, host=host,
+                              certfile=cert.certfile, pkeyfile=cert.pkeyfile, cafile=cert.cafile)
 
 
 async def _wake_on_leadership(elector: LeaderElector, scheduler: Scheduler) -> None:

@@ -136,7 +136,11 @@ class Scheduler:
             self._wake.clear()
             while self.queue and self.is_leader():
                 uid, entry = self.queue.popitem(last=False)
-                await self._schedule_one(uid, entry)
+                try:
+                    await self._schedule_one(uid, entry)
+                except Exception:  # one bad pod must not stop the scheduler: log it, park it
+                    log.exception("scheduling %s failed", translate.pod_key(entry.pod))
+                    self.parked[uid] = entry
                 await asyncio.sleep(0)  # let watch events in between decisions
 
     async def _schedule_one(self, uid: str, entry: Pending) -> None:

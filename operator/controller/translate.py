@@ -171,6 +171,10 @@ def _one_shape(request: GpuRequest):
         if c.model_copy(update={"container": "*", "count": 1}) != shape:
             raise Unsupported(f"containers {first.container} and {c.container} ask for different GPU shares; "
                               "fgpu places one share shape per pod", field="spec.containers")
+    if shape.milli_gpu < MILLI and first.count > 1:
+        raise Unsupported(f"container {first.container} asks for {first.count} devices of {shape.milli_gpu} "
+                          "milli-GPU each; fgpu places a share below one GPU on a single device",
+                          field="spec.containers")
     if len(request.containers) > 1 and first.is_share:
         raise Unsupported("more than one container asks for a share of one GPU; give the share to one "
                           "container", field="spec.containers")

@@ -49,11 +49,10 @@ def share_pod(name: str, milli: int, mem_gib: int = 0) -> dict:
                 "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"cpu": "100m"}}}]}}
 
 
-@pytest.fixture
-def operator_process(k8s, kubeconfig_env, tmp_path):
+def start_operator(k8s, tmp_path, *extra: str):
     log = tmp_path / "operator.log"
     env = {**os.environ, "KUBECONFIG": str(k8s.kubeconfig)}
-    proc = subprocess.Popen([FGPU, "operator", "--no-leader-elect", "--policy", "binpack"], env=env,
+    proc = subprocess.Popen([FGPU, "operator", "--no-leader-elect", "--policy", "binpack", *extra], env=env,
                             stdout=open(log, "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
     deadline = time.monotonic() + 60
     while "fgpu scheduler started" not in log.read_text(errors="replace"):
@@ -61,7 +60,10 @@ def operator_process(k8s, kubeconfig_env, tmp_path):
             proc.kill()
             pytest.fail(f"operator did not start:\n{log.read_text(errors='replace')[-3000:]}", pytrace=False)
         time.sleep(0.2)
-    yield proc
+    return proc
+
+
+def stop(proc) -> None:
     proc.terminate()
     try:
         proc.wait(10)
@@ -69,21 +71,28 @@ def operator_process(k8s, kubeconfig_env, tmp_path):
         proc.kill()
 
 
-def wait_for(predicate, timeout=30.0, what="condition"):
+@pytest.fixture
+def operator_process(k8s, kubeconfig_env, tmp_path, make_kwok_node):
+    gpu_node(make_kwok_node, k8s, "op-h100")  # inventory in place before the operator lists nodes
+    proc = start_operator(k8s, tmp_path)
+    yield proc
+    stop(proc)
+
+
+def wait_for(predicate, timeout=30.0, what="condition", show=None):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(0.2)
-    pytest.fail(f"timed out waiting for {what}", pytrace=False)
+    pytest.fail(f"timed out waiting for {what}" + (f"; last seen: {show()}" if show else ""), pytrace=False)
 
 
 def test_fractional_pods_packed_bound_atomically_pending_explained_then_placed(
         k8s, kwok, make_kwok_node, namespace, operator_process):
     from kubernetes import client
 
-    gpu_node(make_kwok_node, k8s, "op-h100")
     with k8s.api() as api:
         core = client.CoreV1Api(api)
 
@@ -94,7 +103,7 @@ def test_fractional_pods_packed_bound_atomically_pending_explained_then_placed(
         core.create_namespaced_pod(namespace, share_pod("big", 300, 100))  # more memory than an H100 has
         memory = "0/1 nodes are available: 1 Insufficient GPU memory."  # (once the inventory is seen)
         big = wait_for(lambda: (c := condition("big")) is not None and c.message == memory and c,
-                       what="big's PodScheduled condition")
+                       what="big's PodScheduled condition", show=lambda: condition("big"))
         assert (big.status, big.reason) == ("False", "Unschedulable")
         for i in range(6):
             core.create_namespaced_pod(namespace, share_pod(f"s{i}", 300, 8))
@@ -126,3 +135,49 @@ def test_fractional_pods_packed_bound_atomically_pending_explained_then_placed(
                         what="late bound after a deletion freed 0.3 of a GPU")
         assert node == "op-h100"
         assert core.read_namespaced_pod("big", namespace).spec.node_name is None
+
+
+def test_webhook_normalises_a_hami_pod_and_denies_a_bad_one(k8s, kwok, make_kwok_node, namespace, tmp_path):
+    """The real apiserver calls the operator's webhook: a HAMi-spelled pod for the default scheduler is taken
+    over and bound with the share it asked for; a bad request is refused with one line."""
+    from kubeplane import free_port
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    gpu_node(make_kwok_node, k8s, "wh-a100", model="A100-SXM4-80GB", count=1)
+    proc = start_operator(k8s, tmp_path, "--webhook-port", str(free_port()), "--webhook-host", "127.0.0.1",
+                          "--manage-webhook-config")
+    try:
+        with k8s.api() as api:
+            core = client.CoreV1Api(api)
+            reg = client.AdmissionregistrationV1Api(api)
+            wait_for(lambda: reg.list_mutating_webhook_configuration().items, what="webhook configuration")
+            hami = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hami"},
+                    "spec": {"containers": [{"name": "cuda", "image": "busybox", "resources": {"limits": {
+                        "nvidia.com/gpu": "1", "nvidia.com/gpumem": "8192", "nvidia.com/gpucores": "30"}}}]}}
+
+            def create():
+                try:
+                    return core.create_namespaced_pod(namespace, hami)
+                except ApiException as e:  # the webhook may take a moment to answer after its config exists
+                    if "fgpu" in (e.body or "") and e.status == 400:
+                        raise
+                    return None
+
+            created = wait_for(create, what="pod admitted")
+            assert created.spec.scheduler_name == keys.SCHEDULER_NAME
+            assert keys.REQUEST in created.metadata.annotations
+            node = wait_for(lambda: core.read_namespaced_pod("hami", namespace).spec.node_name, what="bound")
+            pod = core.read_namespaced_pod("hami", namespace)
+            (device,) = json.loads(pod.metadata.annotations[keys.ASSIGNMENT])["containers"][0]["devices"]
+            assert (node, device["memBytes"], device["smPct"]) == ("wh-a100", 8192 << 20, 30)
+
+            bad = {"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": "bad", "annotations": {keys.FGPU_FRACTION: "1.5"}},
+                   "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+            with pytest.raises(ApiException) as denied:
+                core.create_namespaced_pod(namespace, bad)
+            message = json.loads(denied.value.body)["message"]
+            assert "fgpu.io/gpu-fraction" in message and "1.5" in message and "\n" not in message
+    finally:
+        stop(proc)

@@ -1,0 +1,64 @@
+"""The admission webhook's Kopf registrations, served by the operator process through Kopf's webhook server.
+
+The decisions are the pure `fgpu_operator.admission` functions; this module only turns them into Kopf's
+terms: a deny is a `kopf.AdmissionError` carrying the one-line reason, a mutation is written into Kopf's
+`patch` (which Kopf sends as a JSONPatch).
+"""
+from __future__ import annotations
+
+import copy
+
+import jsonpatch
+import kopf
+
+from fgpu_contracts import keys
+from fgpu_contracts.errors import InputError
+
+from ..admission import AdmissionConfig, mutate, parse_pod
+
+#: Set by `command.run` before Kopf starts (from flags / the chart's values).
+ADMISSION = AdmissionConfig()
+#: Users allowed to write the hand-off annotations on an existing pod (the operator's and the device
+#: plugin's service accounts); set by `command.run`.
+TRUSTED_USERS: set[str] = set()
+
+
+def _touched(before: dict, after: dict, patch: kopf.Patch) -> None:
+    """Copy into Kopf's patch the parts of the pod the mutation changed (fields it may change only)."""
+    b_spec, a_spec = before.get("spec") or {}, after.get("spec") or {}
+    for key in ("schedulerName", "containers", "initContainers"):
+        if a_spec.get(key) != b_spec.get(key):
+            patch.spec[key] = a_spec.get(key)
+    b_ann = (before.get("metadata") or {}).get("annotations") or {}
+    a_ann = (after.get("metadata") or {}).get("annotations") or {}
+    for key in set(b_ann) | set(a_ann):
+        if b_ann.get(key) != a_ann.get(key):
+            patch.metadata.setdefault("annotations", {})[key] = a_ann.get(key)  # None removes it
+
+
+@kopf.on.mutate("", "v1", "pods", id="fgpu-request", operations=["CREATE"], side_effects=False)
+def normalise_pod(body: kopf.Body, patch: kopf.Patch, **_) -> None:
+    """Parse any accepted spelling into `fgpu.io/request`, route the pod to fgpu's scheduler, make its
+    resources what a real kubelet will admit; deny a bad request with one line."""
+    pod = copy.deepcopy(dict(body))
+    try:
+        request = parse_pod(pod, ADMISSION)
+        if request is None:
+            return
+        ops = mutate(pod, request, ADMISSION)
+    except InputError as err:
+        raise kopf.AdmissionError(str(err), code=400) from None
+    _touched(pod, jsonpatch.apply_patch(pod, ops), patch)
+
+
+@kopf.on.validate("", "v1", "pods", id="fgpu-handoff", operations=["UPDATE"], side_effects=False)
+def protect_handoff(body: kopf.Body, old: kopf.BodyEssence | None, userinfo: dict, **_) -> None:
+    """No pod can change its own allocation: only fgpu's components may edit the hand-off annotations."""
+    if (userinfo or {}).get("username") in TRUSTED_USERS:
+        return
+    before = ((old or {}).get("metadata") or {}).get("annotations") or {}
+    after = (body.get("metadata") or {}).get("annotations") or {}
+    changed = sorted(k for k in keys.HANDOFF_KEYS if before.get(k) != after.get(k))
+    if changed:
+        raise kopf.AdmissionError(f"metadata.annotations[{changed[0]}]: set by fgpu's scheduler and device "
+                                  "plugin only; a pod cannot change its own GPU allocation", code=403)

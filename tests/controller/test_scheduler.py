@@ -1,0 +1,83 @@
+"""The scheduler loop over a fake API: a pod that fits nowhere is explained, re-explained when a node's
+inventory arrives, and bound once room frees; the Binding carries the hand-off annotation."""
+import asyncio
+import copy
+import json
+
+from fgpu_operator.controller.scheduler import Scheduler
+from fgpu_operator.kube.outcome import Outcome, Result
+from fgpu_operator.placement.live import LiveCluster
+
+from fgpu_contracts import keys
+from fgpu_contracts.request import ContainerRequest, GpuRequest, dump_request
+
+GIB = 1 << 30
+
+
+def inventory(node: str, count: int) -> str:
+    gpus = [{"index": i, "uuid": f"GPU-{i}", "model": "H100-SXM5-80GB", "shortName": "H100", "memBytes": 80 * GIB,
+             "sms": 132, "sharing": "fractional", "replicas": 10, "healthy": True, "xid": None, "mig": []}
+            for i in range(count)]
+    return json.dumps({"version": "v1", "node": node, "migStrategy": "none", "memoryQuota": "hard",
+                       "timeDilation": 1.0, "resources": {}, "nodeResources": {}, "gpus": gpus})
+
+
+def pod(name: str, milli: int, mem_gib: int = 0) -> dict:
+    req = GpuRequest(containers=[ContainerRequest(container="main", milli_gpu=milli, mem_bytes=mem_gib * GIB or None)])
+    return {"metadata": {"name": name, "namespace": "ns", "uid": name, "annotations": {keys.REQUEST: dump_request(req)}},
+            "spec": {"schedulerName": keys.SCHEDULER_NAME, "containers": [{"name": "main"}]}}
+
+
+class FakeApi:
+    def __init__(self):
+        self.calls = []
+
+    async def request(self, method, path, **kw):
+        self.calls.append((method, path, kw.get("body")))
+        return Outcome(Result.OK, 201)
+
+
+class FakeEvents:
+    def __init__(self):
+        self.emitted = []
+
+    async def emit(self, namespace, name, uid, reason, message, type="Warning"):
+        self.emitted.append((name, reason, message))
+
+    def forget(self, uid):
+        pass
+
+
+def test_explained_reexplained_on_inventory_then_bound_after_release():
+    async def scenario():
+        api, events = FakeApi(), FakeEvents()
+        s = Scheduler(LiveCluster(policy="binpack"), api, events)
+        loop = asyncio.create_task(s.run())
+        node = {"metadata": {"name": "n", "annotations": {}},
+                "status": {"allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"}}}
+        s.on_node("ADDED", node)
+        s.on_pod("ADDED", pod("big", 300, 100))
+        s.on_pod("ADDED", pod("a", 900))
+        await asyncio.sleep(0.05)
+        assert ("big", "FailedScheduling", "0/1 nodes are available: 1 node(s) had no GPU.") in events.emitted
+        with_gpu = copy.deepcopy(node)
+        with_gpu["metadata"]["annotations"][keys.INVENTORY] = inventory("n", 1)
+        s.on_node("MODIFIED", with_gpu)
+        await asyncio.sleep(0.05)
+        await s.drain()
+        assert ("big", "FailedScheduling", "0/1 nodes are available: 1 Insufficient GPU memory.") in events.emitted
+        binds = [c for c in api.calls if c[1].endswith("/binding")]
+        assert [b[1] for b in binds] == ["/api/v1/namespaces/ns/pods/a/binding"]
+        (device,) = json.loads(binds[0][2]["metadata"]["annotations"][keys.ASSIGNMENT])["containers"][0]["devices"]
+        assert (device["uuid"], device["milliGpu"]) == ("GPU-0", 900)
+        s.on_pod("ADDED", pod("b", 300))
+        await asyncio.sleep(0.05)
+        assert ("b", "FailedScheduling", "0/1 nodes are available: 1 Insufficient GPU.") in events.emitted
+        s.on_pod("DELETED", pod("a", 900))  # frees 0.9: b fits now, big still does not
+        await asyncio.sleep(0.05)
+        await s.drain()
+        assert [c[1] for c in api.calls if c[1].endswith("/binding")][-1] == "/api/v1/namespaces/ns/pods/b/binding"
+        assert "big" in s.parked
+        loop.cancel()
+
+    asyncio.run(scenario())
