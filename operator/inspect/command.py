@@ -32,15 +32,16 @@ def _options(parser: argparse.ArgumentParser, defaults: bool) -> None:
                         help="table (default), json or yaml (docs/inspect.md documents the fields)")
     parser.add_argument("--kubeconfig", default=default(None),
                         help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
-    parser.add_argument("--context", default=default(None), help="kubeconfig context (default: the current one)")
+    parser.add_argument("--context", default=default(None),
+                        help="kubeconfig context (default: the current one)")
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "inspect", help="what fgpu allocated on each node and GPU; where a pod went or why not",
-        description="Per node and GPU: model, MIG layout, health, allocated compute / memory / SMs and pods; "
-                    "then node and cluster totals and pending pods. `inspect pod NAME` tells where one pod went "
-                    "or why it did not; `inspect node NAME...` limits the view to those nodes.")
+        description="Per node and GPU: model, MIG layout, health, allocated compute / memory / SMs and "
+                    "pods; then node and cluster totals and pending pods. `inspect pod NAME` tells where one "
+                    "pod went or why it did not; `inspect node NAME...` limits the view to those nodes.")
     _options(p, defaults=True)
     what = p.add_subparsers(dest="inspect_what", metavar="{pod,node}")
     pod = what.add_parser("pod", help="where a pod went (node, GPUs, share) or why it is pending")

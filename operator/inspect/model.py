@@ -112,14 +112,14 @@ class Summary:
     allocated: Usage
 
 
-@dataclass(frozen=True, config=_CONFIG)
+@dataclass(frozen=True, config=_CONFIG, kw_only=True)
 class ClusterReport:
+    kind: Literal["ClusterReport"] = "ClusterReport"
+    version: Literal["v1"] = VERSION
     summary: Summary
     nodes: tuple[NodeView, ...]
     pending: tuple[PendingPod, ...] = ()
     problems: tuple[Problem, ...] = ()
-    kind: Literal["ClusterReport"] = "ClusterReport"
-    version: Literal["v1"] = VERSION
 
 
 @dataclass(frozen=True, config=_CONFIG)
@@ -147,11 +147,14 @@ class SchedulingEvent:
 PodState = Literal["scheduled", "pending", "bound", "finished"]
 
 
-@dataclass(frozen=True, config=_CONFIG)
+@dataclass(frozen=True, config=_CONFIG, kw_only=True)
 class PodReport:
     """Where a pod went, or why not. state: scheduled (holds the devices listed), pending (not bound: see
-    reason/message/event), bound (on a node without an fgpu assignment), finished (Succeeded/Failed: released)."""
+    reason/message/event), bound (on a node without an fgpu assignment), finished (Succeeded/Failed: its
+    devices are released)."""
 
+    kind: Literal["PodReport"] = "PodReport"
+    version: Literal["v1"] = VERSION
     namespace: str
     name: str
     phase: str
@@ -163,8 +166,6 @@ class PodReport:
     message: str = ""  # PodScheduled=False message, kube-scheduler's "0/N nodes are available: ..."
     event: SchedulingEvent | None = None  # the latest FailedScheduling event
     request: dict[str, Any] | None = None  # fgpu.io/request: what the webhook understood the pod to ask
-    kind: Literal["PodReport"] = "PodReport"
-    version: Literal["v1"] = VERSION
 
 
 Report = ClusterReport | PodReport

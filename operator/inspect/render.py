@@ -22,7 +22,7 @@ def render(report: Report, output: str = "table") -> str:
     if output == "json":
         return json.dumps(report_document(report), indent=2) + "\n"
     if output == "yaml":
-        return yaml.safe_dump(report_document(report), sort_keys=False)
+        return yaml.safe_dump(report_document(report), sort_keys=False, width=1 << 16)  # a message stays one line
     if output == "table":
         lines = cluster_table(report) if isinstance(report, ClusterReport) else pod_table(report)
         return "\n".join(lines) + "\n"
@@ -106,10 +106,11 @@ def _node_row(node: NodeView) -> tuple[str, ...]:
 
 def _cluster_line(report: ClusterReport) -> str:
     s = report.summary
-    return (f"cluster: {s.nodes} node(s), {s.gpus} GPU(s) ({s.unhealthy_gpus} unhealthy), {s.pods} pod(s) holding "
-            f"GPUs, {s.pending} pending; compute {_compute(s.allocated, s.gpus)} "
-            f"({_pct(s.allocated.milli_gpu, s.capacity.milli_gpu)}), memory "
-            f"{_memory(s.allocated, s.capacity.mem_bytes)} GiB ({_pct(s.allocated.mem_bytes, s.capacity.mem_bytes)})")
+    used, total = s.allocated, s.capacity
+    return (f"cluster: {s.nodes} node(s), {s.gpus} GPU(s) ({s.unhealthy_gpus} unhealthy), {s.pods} pod(s) "
+            f"holding GPUs, {s.pending} pending; compute {_compute(used, s.gpus)} "
+            f"({_pct(used.milli_gpu, total.milli_gpu)}), memory {_memory(used, total.mem_bytes)} GiB "
+            f"({_pct(used.mem_bytes, total.mem_bytes)})")
 
 
 def cluster_table(report: ClusterReport) -> list[str]:
@@ -122,7 +123,7 @@ def cluster_table(report: ClusterReport) -> list[str]:
         lines = ["no node publishes a GPU inventory (fgpu.io/gpu-inventory): is fgpu's device plugin running?"]
     lines += ["", _cluster_line(report)]
     if report.pending:
-        rows = [(f"{p.namespace}/{p.name}", p.reason or "-", p.message or "(no scheduling attempt reported yet)")
+        rows = [(f"{p.namespace}/{p.name}", p.reason or "-", p.message or "(no attempt reported yet)")
                 for p in report.pending]
         lines += ["", *columns([("PENDING", "REASON", "MESSAGE"), *rows]),
                   "(`fgpu inspect pod NAME -n NAMESPACE` tells more about one pod)"]
@@ -143,7 +144,8 @@ def _headline(pod: PodReport) -> str:
     if pod.state == "bound":
         return f"{where}: on node {pod.node} without an fgpu assignment: it holds no fgpu GPU share"
     if pod.state == "finished":
-        return f"{where}: finished ({pod.phase}){f' on node {pod.node}' if pod.node else ''}; its GPUs are released"
+        on = f" on node {pod.node}" if pod.node else ""
+        return f"{where}: finished ({pod.phase}){on}; its GPUs are released"
     return f"{where}: not scheduled (phase {pod.phase}, scheduler {pod.scheduler_name})"
 
 
@@ -173,8 +175,8 @@ def _asked(request: dict) -> str:
                 what += f", SM {c['smPct']}%"
         parts.append(f"{c.get('container')}: {what}")
     models = f"; models {', '.join(request['models'])}" if request.get("models") else ""
-    return f"asked ({request.get('source', 'fgpu')} spelling): {'; '.join(parts)}; priority {request.get('priority')}" \
-           + models
+    source, priority = request.get("source", "fgpu"), request.get("priority")
+    return f"asked ({source} spelling): {'; '.join(parts)}; priority {priority}{models}"
 
 
 def _device_row(d) -> tuple[str, ...]:

@@ -36,7 +36,6 @@ from .model import (
 )
 
 FINISHED = ("Succeeded", "Failed")
-WHOLE = Usage(1000, 0, 100)  # one device's compute and SMs; memory is the device's own
 
 
 # --- reading raw objects -------------------------------------------------------------------------------------
@@ -65,6 +64,10 @@ def _phase(pod: dict) -> str:
 
 def _bound_to(pod: dict) -> str:
     return (pod.get("spec") or {}).get("nodeName") or ""
+
+
+def _scheduler(pod: dict) -> str:
+    return (pod.get("spec") or {}).get("schedulerName") or "default-scheduler"
 
 
 def _inventory(node: dict, gpunode: dict | None) -> tuple[Inventory, str] | None:
@@ -168,22 +171,26 @@ def _node_view(node: dict, inv: Inventory, source: str, devices: dict[str, _Devi
 
 
 def _capacity(gpu: GpuInfo) -> Usage:
-    return Usage(WHOLE.milli_gpu, gpu.mem_bytes, WHOLE.sm_pct)
+    return Usage(1000, gpu.mem_bytes, 100)
 
 
 # --- the cluster -------------------------------------------------------------------------------------------
 def _is_fgpu_pending(pod: dict) -> bool:
     """Not bound, not finished, and fgpu's to place (its scheduler name, or a request the webhook wrote)."""
-    asks = (pod.get("spec") or {}).get("schedulerName") == keys.SCHEDULER_NAME or keys.REQUEST in _annotations(pod)
+    asks = _scheduler(pod) == keys.SCHEDULER_NAME or keys.REQUEST in _annotations(pod)
     return asks and not _bound_to(pod) and _phase(pod) not in FINISHED
 
 
-def _pending(pod: dict) -> PendingPod:
+def _why_not(pod: dict) -> tuple[str, str]:
+    """(reason, message) of the pod's PodScheduled=False condition: the scheduler's word on why it waits."""
     cond = _condition(pod, "PodScheduled")
-    unscheduled = cond.get("status") == "False"
-    return PendingPod(namespace=_meta(pod).get("namespace", ""), name=_meta(pod).get("name", ""),
-                      reason=cond.get("reason", "") if unscheduled else "",
-                      message=cond.get("message", "") if unscheduled else "")
+    return (cond.get("reason", ""), cond.get("message", "")) if cond.get("status") == "False" else ("", "")
+
+
+def _pending(pod: dict) -> PendingPod:
+    reason, message = _why_not(pod)
+    return PendingPod(namespace=_meta(pod).get("namespace", ""), name=_meta(pod).get("name", ""), reason=reason,
+                      message=message)
 
 
 def _place_shares(pod: dict, nodes: dict[str, dict[str, _Device]]) -> list[Problem]:
@@ -208,7 +215,8 @@ def _place_shares(pod: dict, nodes: dict[str, dict[str, _Device]]) -> list[Probl
                                            f"not a device of node {node}"))
             continue
         device.shares.append(Share(namespace=_meta(pod).get("namespace", ""), pod=_meta(pod).get("name", ""),
-                                   container=container, priority=_priority(priority), usage=device.usage(share)))
+                                   container=container, priority=_priority(priority),
+                                   usage=device.usage(share)))
     return problems
 
 
@@ -236,9 +244,8 @@ def cluster_report(nodes: Iterable[dict], pods: Iterable[dict], gpunodes: Iterab
                       pods=len({p for n in views for p in n.pods}), pending=len(pending),
                       capacity=sum((n.capacity for n in views), Usage()),
                       allocated=sum((n.allocated for n in views), Usage()))
-    return ClusterReport(summary=summary, nodes=views, pending=tuple(sorted(pending, key=lambda p: (p.namespace,
-                                                                                                 p.name))),
-                         problems=tuple(problems))
+    pending.sort(key=lambda p: (p.namespace, p.name))
+    return ClusterReport(summary=summary, nodes=views, pending=tuple(pending), problems=tuple(problems))
 
 
 # --- one pod -------------------------------------------------------------------------------------------------
@@ -260,9 +267,9 @@ def _about(event: dict) -> dict:
 
 def latest_failed_scheduling(pod: dict, events: Iterable[dict]) -> SchedulingEvent | None:
     """The newest FailedScheduling event about this pod (this incarnation of it, where events carry a UID)."""
-    uid = _meta(pod).get("uid")
-    mine = [e for e in events if e.get("reason") == "FailedScheduling"
-            and _about(e).get("name") == _meta(pod).get("name") and (not uid or _about(e).get("uid") in (None, uid))]
+    name, uid = _meta(pod).get("name"), _meta(pod).get("uid")
+    mine = [e for e in events if e.get("reason") == "FailedScheduling" and _about(e).get("name") == name
+            and (not uid or _about(e).get("uid") in (None, uid))]
     if not mine:
         return None
     e = max(mine, key=_when)
@@ -295,16 +302,15 @@ def pod_report(pod: dict, node: dict | None = None, events: Iterable[dict] = ())
     except InputError as e:
         raise InputError(str(e), field=f"pod {pod_key(pod)}") from None
     found = _inventory(node, None) if node else None
-    cond = _condition(pod, "PodScheduled")
-    if not node_name:
-        state = "finished" if phase in FINISHED else "pending"
+    if phase in FINISHED:
+        state = "finished"
     else:
-        state = "finished" if phase in FINISHED else "scheduled" if assignment else "bound"
-    unscheduled = cond.get("status") == "False"
+        state = "pending" if not node_name else "scheduled" if assignment else "bound"
+    reason, message = _why_not(pod)
     return PodReport(
         namespace=meta.get("namespace", ""), name=meta.get("name", ""), phase=phase, state=state,
-        node=node_name or None, scheduler_name=(pod.get("spec") or {}).get("schedulerName") or "default-scheduler",
+        node=node_name or None, scheduler_name=_scheduler(pod),
         devices=_pod_devices(assignment, found[0] if found else None) if assignment and node_name else (),
-        reason=cond.get("reason", "") if unscheduled else "", message=cond.get("message", "") if unscheduled else "",
+        reason=reason, message=message,
         event=latest_failed_scheduling(pod, events) if state == "pending" else None,
         request=json.loads(dump_request(request)) if request else None)

@@ -136,7 +136,7 @@ def test_json_and_yaml_read_back_into_the_same_report(output):
     text = render(report, output)
     document = json.loads(text) if output == "json" else yaml.safe_load(text)
     assert load_report(document) == report
-    assert list(document) == ["summary", "nodes", "pending", "problems", "kind", "version"]
+    assert list(document) == ["kind", "version", "summary", "nodes", "pending", "problems"]
     assert document["nodes"][0]["gpus"][0]["shares"][0] == {
         "namespace": "default", "pod": "train-a", "container": "main", "priority": "high",
         "usage": {"milliGpu": 500, "memBytes": 40 * GIB, "smPct": 50}}
