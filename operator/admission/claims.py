@@ -102,7 +102,12 @@ def build(claims: list[Claim], view: PodView, config: AdmissionConfig) -> GpuReq
         containers = tuple(_container(n, per[n], view, config) for n in sorted(per, key=order.index))
         return GpuRequest(containers=containers, **pod)
     except pydantic.ValidationError as err:  # a rule the spellings' own checks missed: still one line
-        e = err.errors()[0]
-        raise InputError(f"{e['msg']} (at {'.'.join(str(p) for p in e['loc'])})", field="fgpu.io/request",
-                         allowed=None) from None
+        raise InputError(first_error(err), field="fgpu.io/request") from None
+
+
+def first_error(err: pydantic.ValidationError) -> str:
+    """pydantic's first complaint, on one line: what is wrong, and where."""
+    e = err.errors()[0]
+    where = ".".join(str(p) for p in e["loc"])
+    return f"{e['msg']} at {where}" if where else e["msg"]
 

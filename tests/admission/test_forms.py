@@ -185,6 +185,10 @@ CASES = {
         metadata: {annotations: {gpu-fraction: "0.5", fgpu.io/gpu-fraction: ".5"}}
         spec: {containers: [{name: main}]}
         """, one(milli_gpu=500)),
+    "kai fraction with its own device count on the same container": ("""
+        metadata: {annotations: {gpu-fraction: "0.5"}}
+        spec: {schedulerName: kai-scheduler, containers: [{name: main, resources: {limits: {nvidia.com/gpu: "1"}}}]}
+        """, one(source="kai", milli_gpu=500)),
     # --- Aliyun gpushare ------------------------------------------------------------------------------------
     "aliyun gpu-mem GiB": ("""
         apiVersion: v1

@@ -14,6 +14,7 @@ from fgpu_contracts import keys
 from fgpu_contracts.errors import InputError
 from fgpu_contracts.request import GpuRequest, load_request
 
+from ..claims import first_error
 from ..config import AdmissionConfig
 from ..gpus import mig_profile, resolve_models
 from ..podview import PodView
@@ -24,25 +25,23 @@ _CONTAINER_ATTRS = ("count", "milli_gpu", "mem_bytes", "mem_pct", "sm_pct")
 _GROUPS = ("affinity", "anti_affinity", "exclusion")
 
 
-def _load(view: PodView) -> tuple[GpuRequest, str, str] | None:
+def _load(view: PodView) -> tuple[GpuRequest | None, str, Claims]:
+    """(the request, its field, an empty Claims of its source); no request: (None, "", empty Claims)."""
     got = note(view, keys.REQUEST)
     if got is None:
-        return None
+        return None, "", Claims("fgpu")
     try:
-        return load_request(got[0]), *got
+        req = load_request(got[0])
     except pydantic.ValidationError as err:
-        e = err.errors()[0]
-        where = ".".join(str(p) for p in e["loc"])
-        raise InputError(f"is not a valid fgpu request: {e['msg']}{' at ' + where if where else ''}",
-                         field=got[1], allowed=["what fgpu's webhook writes, or no fgpu.io/request"]) from None
+        raise InputError(f"is not a valid fgpu request: {first_error(err)}", field=got[1],
+                         allowed=["what fgpu's webhook writes, or no fgpu.io/request"]) from None
+    return req, got[1], Claims(req.source)
 
 
 def containers(view: PodView, config: AdmissionConfig) -> Claims:
-    loaded = _load(view)
-    if loaded is None:
-        return Claims("fgpu")
-    req, _, field = loaded
-    out = Claims(req.source)
+    req, field, out = _load(view)
+    if req is None:
+        return out
     for c in req.containers:
         if view.container(c.container) is None:
             raise InputError(f"names container {show(c.container)}, which the pod does not have", field=field,
@@ -56,11 +55,9 @@ def containers(view: PodView, config: AdmissionConfig) -> Claims:
 
 
 def hints(view: PodView, config: AdmissionConfig) -> Claims:
-    loaded = _load(view)
-    if loaded is None:
-        return Claims("fgpu")
-    req, _, field = loaded
-    out = Claims(req.source)
+    req, field, out = _load(view)
+    if req is None:
+        return out
     out.add("source", req.source, req.source, field)
     out.add("priority", req.priority, req.priority, field)
     for attr in ("models", "exclude_models"):
