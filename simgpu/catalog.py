@@ -127,7 +127,7 @@ def parse_catalog(doc: object, origin: str = "gpus.yaml") -> list[GPUSpec]:
             raise SimgpuError(f"{origin}: GPU {label}: {_describe(err)}", field="gpus") from None
     seen: dict[str, str] = {}
     for spec in specs:
-        for key in _names_of(spec):
+        for key in names_of(spec):
             if key in seen and seen[key] != spec.name:
                 raise SimgpuError(f"{origin}: GPU {spec.name}: name {key!r} is also used by {seen[key]}",
                                   field="aliases")
@@ -135,20 +135,21 @@ def parse_catalog(doc: object, origin: str = "gpus.yaml") -> list[GPUSpec]:
     return specs
 
 
-def _norm(name: str) -> str:
+def lookup_key(name: str) -> str:
     """Case-insensitive key; spaces and underscores count as hyphens ("NVIDIA H100 80GB HBM3")."""
     return re.sub(r"[\s_]+", "-", name.strip()).lower()
 
 
-def _names_of(spec: GPUSpec) -> set[str]:
-    return {_norm(n) for n in (spec.name, spec.short_name, *spec.aliases)}
+def names_of(spec: GPUSpec) -> frozenset[str]:
+    """Every name a GPU answers to (canonical, short, aliases), as lookup keys (see `lookup_key`)."""
+    return frozenset(lookup_key(n) for n in (spec.name, spec.short_name, *spec.aliases))
 
 
 @cache
 def _catalog() -> tuple[tuple[GPUSpec, ...], dict[str, GPUSpec]]:
     text = resources.files("simgpu").joinpath("data", "gpus.yaml").read_text()
     specs = parse_catalog(yaml.safe_load(text))
-    index = {key: spec for spec in specs for key in _names_of(spec)}
+    index = {key: spec for spec in specs for key in names_of(spec)}
     return tuple(specs), index
 
 
@@ -163,7 +164,7 @@ def short_names() -> list[str]:
 
 def get_gpu(name: str) -> GPUSpec:
     """Look a GPU up by canonical name, short name or alias, case-insensitively."""
-    spec = _catalog()[1].get(_norm(name)) if isinstance(name, str) else None
+    spec = _catalog()[1].get(lookup_key(name)) if isinstance(name, str) else None
     if spec is None:
         raise SimgpuError(f"unknown GPU {name!r}", field="gpu", allowed=short_names())
     return spec

@@ -8,7 +8,7 @@ from functools import cache
 from fgpu_contracts.errors import InputError
 from fgpu_contracts.request import MILLI
 from simgpu import mig
-from simgpu.catalog import all_gpus, short_names
+from simgpu.catalog import all_gpus, lookup_key, names_of, short_names
 
 from .config import AdmissionConfig
 from .quantity import show
@@ -16,20 +16,15 @@ from .quantity import show
 _MIG_NAME = re.compile(r"[0-9]+g\.[0-9]+gb(\+me)?")
 
 
-def _norm(name: str) -> str:
-    """simgpu's catalog key: case-insensitive, spaces and underscores count as hyphens."""
-    return re.sub(r"[\s_]+", "-", name.strip()).lower()
-
-
 @cache
 def _names() -> tuple[tuple[str, frozenset[str]], ...]:
-    return tuple((g.name, frozenset(_norm(n) for n in (g.name, g.short_name, *g.aliases))) for g in all_gpus())
+    return tuple((g.name, names_of(g)) for g in all_gpus())
 
 
 def _resolve_one(token: str, field: str) -> list[str]:
     """A catalog name, short name or alias names one model; else, as HAMi's `use-gputype` matches
     (`A100` is any A100), every model one of whose names contains it."""
-    key = _norm(token)
+    key = lookup_key(token)
     exact = [name for name, names in _names() if key in names]
     found = exact or [name for name, names in _names() if any(key in n for n in names)]
     if not found:

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from fgpu_contracts import keys
 from fgpu_contracts.errors import InputError
@@ -26,24 +25,12 @@ from ..kube.events import EventRecorder
 from ..kube.outcome import Result
 from ..kube.pods import bind, set_unschedulable
 from ..kube.session import ApiSession
-from ..kube.times import parse as parse_time
-from ..kube.times import timestamp
+from ..objects import pod_key, timestamp
 from ..placement.live import Allocation, LiveCluster
 from . import translate
 
 log = logging.getLogger("fgpu.scheduler")
 FINISHED = ("Succeeded", "Failed")
-
-
-@dataclass
-class Stats:
-    """Counters the metrics exporter reads (scheduling attempts by outcome, create->bound latency)."""
-
-    attempts: dict[str, int] = field(default_factory=dict)
-    bound_latency_s: list[float] = field(default_factory=list)  # drained by the exporter
-
-    def count(self, outcome: str) -> None:
-        self.attempts[outcome] = self.attempts.get(outcome, 0) + 1
 
 
 @dataclass
@@ -64,7 +51,6 @@ class Scheduler:
         self.queue: OrderedDict[str, Pending] = OrderedDict()  # uid -> pod waiting for a decision
         self.parked: dict[str, Pending] = {}  # uid -> pod that fit nowhere at its last try
         self.binding: set[str] = set()  # uids whose Binding is in flight
-        self.stats = Stats()
         self._wake = asyncio.Event()
         self._slots = asyncio.Semaphore(max_binds_in_flight)
         self._tasks: set[asyncio.Task] = set()
@@ -139,7 +125,7 @@ class Scheduler:
                 try:
                     await self._schedule_one(uid, entry)
                 except Exception:  # one bad pod must not stop the scheduler: log it, park it
-                    log.exception("scheduling %s failed", translate.pod_key(entry.pod))
+                    log.exception("scheduling %s failed", pod_key(entry.pod))
                     self.parked[uid] = entry
                 await asyncio.sleep(0)  # let watch events in between decisions
 
@@ -152,14 +138,12 @@ class Scheduler:
         except InputError as err:  # a shape the core does not place: say so on the pod, never guess
             outcome = str(err)
         if isinstance(outcome, Allocation):
-            self.stats.count("scheduled")
             self.binding.add(uid)
             await self._slots.acquire()
             task = asyncio.create_task(self._bind(uid, entry, outcome))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             return
-        self.stats.count("unschedulable")
         message = str(outcome)
         self.parked[uid] = entry
         if message != entry.message:
@@ -175,24 +159,16 @@ class Scheduler:
         try:
             annotations = {}
             if entry.request is not None:
-                mem = {u: int(m) for u, m in self._gpu_memory(allocation).items()}
-                assignment = translate.assignment_for(allocation, entry.request, mem)
+                assignment = translate.assignment_for(allocation, entry.request, self._gpu_memory(allocation))
                 annotations = translate.binding_annotations(assignment, timestamp(micro=True))
             if not self.is_leader():  # lost the lease while waiting: the new leader decides
                 self.live.release(uid)
                 return
             out = await bind(self.api, ns, name, uid, allocation.node, annotations)
             if out.ok:
-                self.stats.count("bound")
-                created = meta.get("creationTimestamp")
-                if created:
-                    started = parse_time(created)
-                    if started is not None:
-                        self.stats.bound_latency_s.append(max(0.0, time.time() - started.timestamp()))
                 await self.events.emit(ns, name, uid, "Scheduled",
                                        f"Successfully assigned {ns}/{name} to {allocation.node}", type="Normal")
                 return
-            self.stats.count(f"bind_{out.result}")
             self.live.release(uid)
             bound = self._seen_bound.get(uid)
             if bound is not None:  # someone else bound it meanwhile: what runs is theirs
@@ -212,8 +188,7 @@ class Scheduler:
     def _gpu_memory(self, allocation: Allocation) -> dict[str, int]:
         """Memory (MiB) of each GPU the allocation names, from the node's inventory."""
         spec = self.live.specs.get(allocation.node)
-        mem = {g.uuid: g.mem_mib for g in spec.gpus} if spec else {}
-        return {u: mem.get(u, 0) for u in allocation.gpus}
+        return {g.uuid: g.mem_mib for g in spec.gpus} if spec else {}
 
     async def drain(self) -> None:
         """Wait for in-flight binds (tests, shutdown)."""

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 import pydantic
-from kubernetes.utils.quantity import parse_quantity
 
 from fgpu_contracts import keys
 from fgpu_contracts.assignment import (
@@ -25,6 +24,8 @@ from fgpu_contracts.errors import InputError
 from fgpu_contracts.inventory import parse_inventory
 from fgpu_contracts.request import MILLI, GpuRequest, load_request
 
+from ..admission.quantity import parse_quantity
+from ..objects import pod_key
 from ..placement.gpus import canonical_model
 from ..placement.live import Allocation
 from ..placement.model import (
@@ -39,21 +40,24 @@ from ..placement.model import (
 )
 
 _MIB = 1 << 20
-#: Resource names kube-scheduler counts as plain scalars; everything with a domain is an extended resource.
-_NATIVE = ("cpu", "memory", "ephemeral-storage", "pods")
 
 
 def _quantity(value: object) -> Decimal:
+    """A resource amount as the admission webhook reads it; an unreadable one counts as nothing (the API
+    server validated it already; this never stops the watch)."""
     try:
-        q = parse_quantity(value)
-    except (ValueError, TypeError, ArithmeticError):
+        return parse_quantity(value, "resources")
+    except InputError:
         return Decimal(0)
-    return q if q.is_finite() and q > 0 else Decimal(0)
+
+
+def _is_extended(name: str) -> bool:
+    """Counted like kube-scheduler's scalar resources: a domain-qualified name outside kubernetes.io."""
+    return "/" in name and not name.startswith("kubernetes.io/")
 
 
 def _extended(resources: dict) -> dict[str, int]:
-    return {k: int(_quantity(v)) for k, v in (resources or {}).items()
-            if "/" in k and not k.startswith(("hugepages-", "kubernetes.io/")) and k not in _NATIVE}
+    return {k: int(_quantity(v)) for k, v in (resources or {}).items() if _is_extended(k)}
 
 
 # --- nodes -------------------------------------------------------------------------------------------------
@@ -96,11 +100,6 @@ def inventory_gpus(annotations: dict) -> tuple[GpuInfo, ...]:
 
 
 # --- pods --------------------------------------------------------------------------------------------------
-def pod_key(pod: dict) -> str:
-    meta = pod.get("metadata", {})
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-
-
 def pod_resources(pod: dict) -> tuple[int, int, dict[str, int]]:
     """(CPU milli, memory MiB, extended resources) the pod requests, as kube-scheduler sums them:
     containers added up, each init container alone, the larger of the two, plus overhead."""
@@ -119,7 +118,7 @@ def pod_resources(pod: dict) -> tuple[int, int, dict[str, int]]:
             total[k] = max(total.get(k, Decimal(0)), _quantity(v))
     for k, v in (spec.get("overhead") or {}).items():
         total[k] = total.get(k, Decimal(0)) + _quantity(v)
-    ext = {k: int(v) for k, v in total.items() if "/" in k and not k.startswith(("hugepages-", "kubernetes.io/"))}
+    ext = {k: int(v) for k, v in total.items() if _is_extended(k)}
     return int(total.get("cpu", 0) * 1000), int(math.ceil(total.get("memory", 0) / _MIB)), ext
 
 

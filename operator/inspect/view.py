@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from fgpu_contracts import keys
 from fgpu_contracts.assignment import Assignment, DeviceShare, parse_assignment
@@ -20,6 +19,7 @@ from fgpu_contracts.inventory import GpuInfo, GPUNodeSpec, Inventory, MigDevice,
 from fgpu_contracts.request import GpuRequest, dump_request
 from fgpu_contracts.wire import parse_json
 
+from ..objects import condition, parse_time, pod_key
 from .model import (
     ClusterReport,
     GpuView,
@@ -45,17 +45,6 @@ def _meta(obj: dict) -> dict:
 
 def _annotations(obj: dict) -> dict:
     return _meta(obj).get("annotations") or {}
-
-
-def _condition(obj: dict, kind: str) -> dict:
-    for cond in (obj.get("status") or {}).get("conditions") or ():
-        if cond.get("type") == kind:
-            return cond
-    return {}
-
-
-def pod_key(pod: dict) -> str:
-    return f"{_meta(pod).get('namespace', '')}/{_meta(pod).get('name', '')}"
 
 
 def _phase(pod: dict) -> str:
@@ -164,7 +153,7 @@ def _node_view(node: dict, inv: Inventory, source: str, devices: dict[str, _Devi
     gpus = tuple(_gpu_view(g, devices) for g in sorted(inv.gpus, key=lambda g: g.index))
     pods = {f"{s.namespace}/{s.pod}" for d in devices.values() for s in d.shares}
     return NodeView(
-        name=_meta(node).get("name", ""), ready=_condition(node, "Ready").get("status") == "True",
+        name=_meta(node).get("name", ""), ready=condition(node, "Ready").get("status") == "True",
         schedulable=not (node.get("spec") or {}).get("unschedulable"), source=source,
         mig_strategy=inv.mig_strategy, capacity=sum((_capacity(g) for g in inv.gpus), Usage()),
         allocated=sum((g.allocated for g in gpus), Usage()), pods=tuple(sorted(pods)), gpus=gpus)
@@ -183,7 +172,7 @@ def _is_fgpu_pending(pod: dict) -> bool:
 
 def _why_not(pod: dict) -> tuple[str, str]:
     """(reason, message) of the pod's PodScheduled=False condition: the scheduler's word on why it waits."""
-    cond = _condition(pod, "PodScheduled")
+    cond = condition(pod, "PodScheduled")
     return (cond.get("reason", ""), cond.get("message", "")) if cond.get("status") == "False" else ("", "")
 
 
@@ -253,11 +242,9 @@ def _when(event: dict) -> float:
     """When an event was last seen (core/v1 or events.k8s.io/v1 fields), as a number to compare."""
     for value in (event.get("lastTimestamp"), event.get("eventTime"),
                   (event.get("series") or {}).get("lastObservedTime"), _meta(event).get("creationTimestamp")):
-        try:
-            t = datetime.fromisoformat(value)
-        except (TypeError, ValueError):
-            continue
-        return (t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp()
+        t = parse_time(value)
+        if t is not None:
+            return t.timestamp()
     return float("-inf")
 
 

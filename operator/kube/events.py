@@ -13,9 +13,9 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from ..objects import timestamp
 from .outcome import Outcome, Result
 from .session import STRATEGIC_MERGE, ApiSession
-from .times import timestamp
 
 AGGREGATED = Outcome(Result.OK, 0, "aggregated into the pod's existing event", attempts=0)
 

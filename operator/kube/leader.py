@@ -23,9 +23,9 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from ..objects import parse_time, timestamp
 from .outcome import Result
 from .session import ApiSession
-from .times import parse, timestamp
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ class LeaderElector:
     def _expires_in(self, now: dt.datetime) -> float:
         """Seconds until the observed lease expires (<= 0: expired or free)."""
         spec = self._spec()
-        renewed = parse(spec.get("renewTime")) or parse(spec.get("acquireTime"))
+        renewed = parse_time(spec.get("renewTime")) or parse_time(spec.get("acquireTime"))
         if not spec.get("holderIdentity") or renewed is None:
             return 0.0
         return (renewed - now).total_seconds() + float(spec.get("leaseDurationSeconds") or 0)

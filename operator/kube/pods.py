@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..objects import condition, timestamp
 from .outcome import Outcome, Result
 from .session import STRATEGIC_MERGE, ApiSession
-from .times import timestamp
 
 UID_PRECONDITION = "Precondition failed: UID in precondition"
 
@@ -46,20 +46,14 @@ async def set_unschedulable(
     With the pod's current dict, a condition that already says the same is not written again (attempts=0)
     and lastTransitionTime is kept while the status stays False.
     """
-    current = _condition(pod, "PodScheduled")
+    current = condition(pod, "PodScheduled")
     if current.get("status") == "False" and current.get("reason") == reason and current.get("message") == message:
         return Outcome(Result.OK, 0, "unchanged", attempts=0)
     since = current.get("lastTransitionTime") if current.get("status") == "False" else None
-    condition = {"type": "PodScheduled", "status": "False", "reason": reason, "message": message,
+    wanted = {"type": "PodScheduled", "status": "False", "reason": reason, "message": message,
                  "lastProbeTime": None, "lastTransitionTime": since or timestamp()}
     return await api.request(
         "PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}/status",
-        body={"status": {"conditions": [condition]}}, content_type=STRATEGIC_MERGE,
+        body={"status": {"conditions": [wanted]}}, content_type=STRATEGIC_MERGE,
     )
 
-
-def _condition(pod: dict[str, Any] | None, kind: str) -> dict[str, Any]:
-    for cond in ((pod or {}).get("status") or {}).get("conditions") or []:
-        if cond.get("type") == kind:
-            return cond
-    return {}

@@ -24,7 +24,7 @@ def _count(cluster: Cluster, rows) -> int:
     return cluster.size if isinstance(rows, slice) else len(rows)
 
 
-def _names(cluster: Cluster, rows) -> range | np.ndarray:
+def _indices(cluster: Cluster, rows) -> range | np.ndarray:
     return range(cluster.size) if isinstance(rows, slice) else rows
 
 
@@ -49,13 +49,14 @@ class TaintToleration:
     name = "TaintToleration"
 
     def applies(self, cluster: Cluster, request: Request) -> bool:
-        return any(node.taints for node in _tainted(cluster))
+        return bool(cluster.tainted.any())
 
     def failures(self, cluster: Cluster, request: Request, rows: np.ndarray) -> Failures:
         tolerations = request.constraints.tolerations if request.constraints else ()
         out: dict[str, np.ndarray] = {}
-        for k, i in enumerate(_names(cluster, rows)):
-            taint = untolerated(cluster.nodes[i].taints, tolerations)
+        nodes = _indices(cluster, rows)
+        for k in np.flatnonzero(cluster.tainted[rows]):  # untainted nodes tolerate everything
+            taint = untolerated(cluster.nodes[nodes[k]].taints, tolerations)
             if taint is not None:
                 reason = f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"
                 out.setdefault(reason, np.zeros(_count(cluster, rows), dtype=bool))[k] = True
@@ -75,7 +76,7 @@ class NodeAffinity:
     def failures(self, cluster: Cluster, request: Request, rows: np.ndarray) -> Failures:
         c = request.constraints
         bad = np.array([not node_matches(cluster.nodes[i], c.node_selector, c.affinity_terms)
-                        for i in _names(cluster, rows)], dtype=bool)
+                        for i in _indices(cluster, rows)], dtype=bool)
         return [(self.reason, bad)]
 
 
@@ -112,10 +113,7 @@ class GpuModel:
         c = request.constraints
         out = [("node(s) had no GPU", no_gpu)]
         if request.gpu_models or (c is not None and c.exclude_models):
-            if cluster.gpu_model_idx.shape[1] and any(n.gpus for n in cluster.nodes):
-                allowed = cluster.gpu_model_mask(request.gpu_models, c.exclude_models if c else ())[rows].any(axis=1)
-            else:
-                allowed = cluster.model_mask(request.gpu_models)[rows]
+            allowed = cluster.gpu_model_mask(request.gpu_models, c.exclude_models if c else ())[rows].any(axis=1)
             out.append(("node(s) had no GPU of the requested model", ~no_gpu & ~allowed))
         return out
 
@@ -220,14 +218,6 @@ def untolerated(taints: Iterable[Taint], tolerations: Iterable[Toleration]) -> T
         if taint.effect in ("NoSchedule", "NoExecute") and not any(tolerates(t, taint) for t in tolerations):
             return taint
     return None
-
-
-def _tainted(cluster: Cluster) -> list[NodeSpec]:
-    cached = getattr(cluster, "_tainted_nodes", None)
-    if cached is None or cached[0] is not cluster.nodes:
-        cached = (cluster.nodes, [n for n in cluster.nodes if n.taints])
-        cluster._tainted_nodes = cached
-    return cached[1]
 
 
 def _expression_matches(node: NodeSpec, labels: dict[str, str], key: str, op: str, values: tuple[str, ...]) -> bool:

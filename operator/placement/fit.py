@@ -27,13 +27,17 @@ def gpu_fit(cluster: Cluster, request: Request, rows=slice(None), stage: int = F
     if stage >= MEMORY and (request.explicit_memory or cluster.explicit_memory):
         fits &= cluster.gpu_mem_left[rows] >= cluster.gpu_memory_need(request, rows)
     if stage >= FULL and c is not None:
-        fits &= _constraint_mask(cluster, request)[rows]
+        allowed = _constraint_mask(cluster, request)
+        if allowed is not None:
+            fits &= allowed[rows]
     return fits
 
 
-def _constraint_mask(cluster: Cluster, request: Request) -> np.ndarray:
-    """(N, G): GPUs the pod's UUID lists and KubeShare groups allow."""
+def _constraint_mask(cluster: Cluster, request: Request) -> np.ndarray | None:
+    """(N, G): GPUs the pod's UUID lists and KubeShare groups allow; None when they allow every GPU."""
     c = request.constraints
+    if not (c.uuids or c.exclude_uuids or c.anti_affinity_group or c.exclusion_group or cluster.exclusion_ids):
+        return None
     ok = np.ones(cluster.gpu_left.shape, dtype=bool)
     if c.uuids:
         ok[:] = False

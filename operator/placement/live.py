@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .fragmentation import FragMeter, TargetWorkload
+from .fragmentation import TargetWorkload
 from .framework import Framework, Unschedulable
 from .model import MILLI, Cluster, NodeSpec, Placement, Request
 from .policies import DEFAULT_POLICY, make_policy
@@ -80,11 +80,7 @@ class LiveCluster:
             return False
         self.specs[spec.name] = spec
         if old is not None and not self._dirty and _same_capacity(old, spec):
-            i = self._index[spec.name]
-            self._cluster.nodes[i] = spec
-            self._cluster.unschedulable[i] = spec.unschedulable
-            self._cluster._tainted_nodes = None
-            self._cluster.version[i] += 1
+            self._cluster.update_node_facts(self._index[spec.name], spec)
             return (old.unschedulable and not spec.unschedulable) or old.taints != spec.taints \
                 or old.labels != spec.labels
         for uid, allocation in list(self.unplaced.items()):  # pods bound before their node was known
@@ -115,7 +111,7 @@ class LiveCluster:
                      for g in spec.gpus)
         self.specs[node] = replace(spec, gpus=gpus)
         if not self._dirty:
-            self._cluster.nodes[self._index[node]] = self.specs[node]
+            self._cluster.update_node_facts(self._index[node], self.specs[node])
             changed = self._cluster.set_gpu_health(uuid, healthy)
             return changed and healthy
         return healthy
@@ -167,10 +163,6 @@ class LiveCluster:
         """The placement arrays, brought up to date (None while there are no nodes)."""
         return self._arrays()
 
-    def node_index(self, name: str) -> int:
-        self._arrays()
-        return self._index[name]
-
     def violations(self) -> list[str]:
         """Over-allocated GPUs, MIG instances or node resources; empty when the invariants hold."""
         c = self._arrays()
@@ -187,16 +179,6 @@ class LiveCluster:
                 holders.setdefault(uuid, []).append(a.uid)
         out += [f"MIG instance {u} held by {len(h)} pods" for u, h in holders.items() if len(h) > 1]
         return out
-
-    def fragmentation(self) -> tuple[float, float]:
-        """(allocated GPU ratio, FGD fragmentation ratio of the idle GPU capacity), the simulator's measures."""
-        c = self._arrays()
-        if c is None or c.total_gpus == 0:
-            return 0.0, 0.0
-        capacity = float(c.gpu_slots.sum() * MILLI)
-        idle = float(np.where(c.gpu_slots, c.gpu_left, 0).sum())
-        frag = float(FragMeter(c, self.workload).node_amounts(c).sum())
-        return 1.0 - idle / capacity, (frag / idle if idle > 0 else 0.0)
 
     # --- internals --------------------------------------------------------------------------------------
     def _arrays(self) -> Cluster | None:
@@ -215,9 +197,8 @@ class LiveCluster:
     def _framework(self, policy: str) -> Framework:
         fw = self._frameworks.get(policy)
         if fw is None:
-            names = sorted(self.specs)
             fw = Framework(self._cluster, make_policy(policy, self.workload), np.random.default_rng(self.seed),
-                           node_order=_rank(names))
+                           node_order=_rank([n.name for n in self._cluster.nodes]))
             self._frameworks[policy] = fw
         return fw
 

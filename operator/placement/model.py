@@ -241,6 +241,7 @@ class Cluster:
             for name, amount in node.extended:
                 self.extended_cap[name][i] = amount
         self.unschedulable = np.array([node.unschedulable for node in self.nodes], dtype=bool)
+        self.tainted = np.array([bool(node.taints) for node in self.nodes], dtype=bool)
         self.mig_profiles = sorted({m.profile for node in self.nodes for g in node.gpus for m in g.mig})
         self.reset()
 
@@ -288,13 +289,6 @@ class Cluster:
     @property
     def total_gpus(self) -> int:
         return int(self.gpu_count.sum())
-
-    def model_mask(self, gpu_models: Sequence[str]) -> np.ndarray:
-        """Nodes whose GPU model satisfies a request's constraint (no constraint: every node)."""
-        if not gpu_models:
-            return np.ones(self.size, dtype=bool)
-        allowed = np.array([m in gpu_models and m != "" for m in self.models])
-        return allowed[self.model_idx]
 
     def gpu_model_mask(self, gpu_models: Sequence[str], exclude: Sequence[str] = ()) -> np.ndarray:
         """(N, G): GPUs whose own model is allowed (mixed-model nodes are judged GPU by GPU)."""
@@ -368,6 +362,13 @@ class Cluster:
                     held[(node, g)] = held.get((node, g), 0) + delta
                     if held[(node, g)] <= 0:
                         del held[(node, g)]
+
+    def update_node_facts(self, node: int, spec: NodeSpec) -> None:
+        """A node's labels, taints or cordon changed (nothing the arrays count): take the new spec in place."""
+        self.nodes[node] = spec
+        self.unschedulable[node] = spec.unschedulable
+        self.tainted[node] = bool(spec.taints)
+        self.version[node] += 1
 
     def set_gpu_health(self, uuid: str, healthy: bool) -> bool:
         """Mark a GPU or MIG instance (un)healthy; its pods keep their shares, new pods avoid it. True if

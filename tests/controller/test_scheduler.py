@@ -7,19 +7,12 @@ import json
 from fgpu_operator.controller.scheduler import Scheduler
 from fgpu_operator.kube.outcome import Outcome, Result
 from fgpu_operator.placement.live import LiveCluster
+from inventories import fractional_inventory
 
 from fgpu_contracts import keys
 from fgpu_contracts.request import ContainerRequest, GpuRequest, dump_request
 
 GIB = 1 << 30
-
-
-def inventory(node: str, count: int) -> str:
-    gpus = [{"index": i, "uuid": f"GPU-{i}", "model": "H100-SXM5-80GB", "shortName": "H100", "memBytes": 80 * GIB,
-             "sms": 132, "sharing": "fractional", "replicas": 10, "healthy": True, "xid": None, "mig": []}
-            for i in range(count)]
-    return json.dumps({"version": "v1", "node": node, "migStrategy": "none", "memoryQuota": "hard",
-                       "timeDilation": 1.0, "resources": {}, "nodeResources": {}, "gpus": gpus})
 
 
 def pod(name: str, milli: int, mem_gib: int = 0) -> dict:
@@ -61,7 +54,7 @@ def test_explained_reexplained_on_inventory_then_bound_after_release():
         await asyncio.sleep(0.05)
         assert ("big", "FailedScheduling", "0/1 nodes are available: 1 node(s) had no GPU.") in events.emitted
         with_gpu = copy.deepcopy(node)
-        with_gpu["metadata"]["annotations"][keys.INVENTORY] = inventory("n", 1)
+        with_gpu["metadata"]["annotations"][keys.INVENTORY] = fractional_inventory("n", 1, uuid=lambda i: f"GPU-{i}")
         s.on_node("MODIFIED", with_gpu)
         await asyncio.sleep(0.05)
         await s.drain()

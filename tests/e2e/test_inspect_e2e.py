@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from inventories import fractional_inventory
 from kubernetes import client
 
 from fgpu_contracts import keys
 from fgpu_contracts.assignment import Assignment, ContainerAssignment, DeviceShare, dump_assignment
-from fgpu_contracts.inventory import GpuInfo, Inventory, dump_inventory
 
 pytestmark = pytest.mark.e2e
 GIB = 1 << 30
@@ -24,14 +24,6 @@ def run_cli(script: str, *args: str) -> subprocess.CompletedProcess:
     """The installed console script (fgpu or kubectl-fgpu) in a fresh process, KUBECONFIG from the fixture."""
     return subprocess.run([str(Path(sys.executable).with_name(script)), "inspect", *args],
                           capture_output=True, text=True, timeout=120)
-
-
-def inventory(node: str) -> str:
-    gpus = tuple(GpuInfo(index=i, uuid=f"GPU-insp-{i}", model="H100-SXM5-80GB", short_name="H100",
-                         mem_bytes=80 * GIB, sms=132, sharing="fractional", replicas=10, healthy=i == 0,
-                         xid=None if i == 0 else 79) for i in range(2))
-    return dump_inventory(Inventory(node=node, mig_strategy="none", memory_quota="hard", time_dilation=1.0,
-                                    resources={"nvidia.com/gpu": 20}, node_resources={}, gpus=gpus))
 
 
 def bound_pod(node: str, name: str, annotation: str) -> dict:
@@ -54,7 +46,7 @@ def core(k8s):
 def gpu_node(core, make_kwok_node, name: str) -> str:
     """A Ready KWOK node whose device plugin (here: the test) published two H100s, the second one failed."""
     make_kwok_node(name, {"nvidia.com/gpu": 20})
-    core.patch_node(name, {"metadata": {"annotations": {keys.INVENTORY: inventory(name)}}})
+    core.patch_node(name, {"metadata": {"annotations": {keys.INVENTORY: fractional_inventory(name, 2, uuid=lambda i: f"GPU-insp-{i}", unhealthy={1: 79})}}})
     return name
 
 

@@ -29,8 +29,10 @@ async def api(k8s):
 
 
 async def make_pod(api: ApiSession, namespace: str, name: str) -> dict:
+    """A pending pod that only these tests bind: its scheduler name is one no scheduler in the session serves
+    (the stock kube-scheduler other e2e tests start would otherwise race them for it)."""
     body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"containers": [{"name": "main", "image": "busybox"}]}}
+            "spec": {"schedulerName": "kube-io-test", "containers": [{"name": "main", "image": "busybox"}]}}
     out = await api.request("POST", f"/api/v1/namespaces/{namespace}/pods", body=body)
     assert out.ok, out
     return out.body

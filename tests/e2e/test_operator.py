@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
+from inventories import fractional_inventory
+from polling import wait_for
 
 from fgpu_contracts import keys
 from fgpu_contracts.request import ContainerRequest, GpuRequest, dump_request
@@ -21,22 +23,13 @@ GIB = 1 << 30
 FGPU = str(Path(sys.executable).with_name("fgpu"))
 
 
-def inventory(node: str, model: str, count: int, mem: int) -> str:
-    gpus = [{"index": i, "uuid": f"GPU-{node}-{i}", "model": model, "shortName": model.split("-")[0],
-             "memBytes": mem, "sms": 132, "sharing": "fractional", "replicas": 10, "healthy": True, "xid": None,
-             "mig": []} for i in range(count)]
-    return json.dumps({"version": "v1", "node": node, "migStrategy": "none", "memoryQuota": "hard",
-                       "timeDilation": 1.0, "resources": {"nvidia.com/gpu": 10 * count}, "nodeResources": {},
-                       "gpus": gpus}, separators=(",", ":"), sort_keys=True)
-
-
 def gpu_node(make_kwok_node, k8s, name: str, model: str = "H100-SXM5-80GB", count: int = 2, mem: int = 80 * GIB):
     from kubernetes import client
 
     make_kwok_node(name, {"nvidia.com/gpu": 10 * count})
     with k8s.api() as api:
-        client.CoreV1Api(api).patch_node(name, {"metadata": {"annotations": {keys.INVENTORY: inventory(
-            name, model, count, mem)}}})
+        client.CoreV1Api(api).patch_node(name, {"metadata": {"annotations": {keys.INVENTORY: fractional_inventory(
+            name, count, model=model, mem_bytes=mem)}}})
 
 
 def share_pod(name: str, milli: int, mem_gib: int = 0) -> dict:
@@ -77,16 +70,6 @@ def operator_process(k8s, kubeconfig_env, tmp_path, make_kwok_node):
     proc = start_operator(k8s, tmp_path)
     yield proc
     stop(proc)
-
-
-def wait_for(predicate, timeout=30.0, what="condition", show=None):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    pytest.fail(f"timed out waiting for {what}" + (f"; last seen: {show()}" if show else ""), pytrace=False)
 
 
 def test_fractional_pods_packed_bound_atomically_pending_explained_then_placed(

@@ -6,28 +6,16 @@ from __future__ import annotations
 import re
 import subprocess
 import textwrap
-import time
 import uuid
 
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from polling import wait_for
 
 pytestmark = pytest.mark.e2e
 
 GPU = "nvidia.com/gpu"
-
-
-def wait_for(fn, timeout: float, what: str, interval: float = 0.25):
-    """Poll fn() until it returns something truthy; fail naming `what` and the last value seen."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}; last seen: {last!r}")
 
 
 def gpu_pod(name: str, node: str, gpus: int) -> dict:

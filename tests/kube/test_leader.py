@@ -8,7 +8,7 @@ import time
 import pytest
 from fakeapi import LEASES, credentials, until
 from fgpu_operator.kube import ApiSession, LeaderElector, Limits
-from fgpu_operator.kube.times import parse, timestamp
+from fgpu_operator.objects import parse_time, timestamp
 
 LEASE = f"{LEASES}ns/leases/sched"
 FAST = {"lease_s": 2, "renew_deadline_s": 1.0, "retry_s": 0.2}
@@ -41,7 +41,7 @@ async def test_first_candidate_creates_the_lease_and_renews_it(fake_api, api):
 
 async def test_a_live_lease_is_taken_only_when_it_expires(fake_api, api):
     held_by(fake_api, "other", renewed_ago_s=0, transitions=4)
-    expiry = parse(fake_api.leases[LEASE]["spec"]["renewTime"]) + dt.timedelta(seconds=2)
+    expiry = parse_time(fake_api.leases[LEASE]["spec"]["renewTime"]) + dt.timedelta(seconds=2)
     e = elector(api, retry_s=0.9)  # polling alone would be up to 0.9 s late
     async with e.running():
         await asyncio.wait_for(e.became_leader.wait(), 4)
