@@ -5,63 +5,15 @@ and is bound once a deletion frees room."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
-from inventories import fractional_inventory
+from operator_proc import gpu_node, share_pod, start_operator, stop
 from polling import wait_for
 
 from fgpu_contracts import keys
-from fgpu_contracts.request import ContainerRequest, GpuRequest, dump_request
 
 pytestmark = pytest.mark.e2e
 GIB = 1 << 30
-FGPU = str(Path(sys.executable).with_name("fgpu"))
-
-
-def gpu_node(make_kwok_node, k8s, name: str, model: str = "H100-SXM5-80GB", count: int = 2, mem: int = 80 * GIB):
-    from kubernetes import client
-
-    make_kwok_node(name, {"nvidia.com/gpu": 10 * count})
-    with k8s.api() as api:
-        client.CoreV1Api(api).patch_node(name, {"metadata": {"annotations": {keys.INVENTORY: fractional_inventory(
-            name, count, model=model, mem_bytes=mem)}}})
-
-
-def share_pod(name: str, milli: int, mem_gib: int = 0) -> dict:
-    req = GpuRequest(containers=[ContainerRequest(container="main", milli_gpu=milli,
-                                                  mem_bytes=mem_gib * GIB or None)])
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "annotations": {keys.REQUEST: dump_request(req)}},
-            "spec": {"schedulerName": keys.SCHEDULER_NAME, "containers": [{
-                "name": "main", "image": "busybox",
-                "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"cpu": "100m"}}}]}}
-
-
-def start_operator(k8s, tmp_path, *extra: str):
-    log = tmp_path / "operator.log"
-    env = {**os.environ, "KUBECONFIG": str(k8s.kubeconfig)}
-    proc = subprocess.Popen([FGPU, "operator", "--no-leader-elect", "--policy", "binpack", *extra], env=env,
-                            stdout=open(log, "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
-    deadline = time.monotonic() + 60
-    while "fgpu scheduler started" not in log.read_text(errors="replace"):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"operator did not start:\n{log.read_text(errors='replace')[-3000:]}", pytrace=False)
-        time.sleep(0.2)
-    return proc
-
-
-def stop(proc) -> None:
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
 
 
 @pytest.fixture

@@ -1,0 +1,65 @@
+"""The operator as a real process for e2e tests: KWOK GPU nodes carrying an inventory, pods asking for a share,
+`fgpu operator` started and stopped. Shared by every operator e2e test and by bench/scheduler.py."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from inventories import fractional_inventory
+
+from fgpu_contracts import keys
+from fgpu_contracts.request import ContainerRequest, GpuRequest, dump_request
+
+GIB = 1 << 30
+FGPU = str(Path(sys.executable).with_name("fgpu"))
+
+
+def gpu_node(make_kwok_node, k8s, name: str, model: str = "H100-SXM5-80GB", count: int = 2, mem: int = 80 * GIB):
+    from kubernetes import client
+
+    make_kwok_node(name, {"nvidia.com/gpu": 10 * count})
+    with k8s.api() as api:
+        client.CoreV1Api(api).patch_node(name, {"metadata": {"annotations": {keys.INVENTORY: fractional_inventory(
+            name, count, model=model, mem_bytes=mem)}}})
+
+
+def share_pod(name: str, milli: int, mem_gib: int = 0) -> dict:
+    req = GpuRequest(containers=[ContainerRequest(container="main", milli_gpu=milli,
+                                                  mem_bytes=mem_gib * GIB or None)])
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "annotations": {keys.REQUEST: dump_request(req)}},
+            "spec": {"schedulerName": keys.SCHEDULER_NAME, "containers": [{
+                "name": "main", "image": "busybox",
+                "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"cpu": "100m"}}}]}}
+
+
+def start_operator(k8s, tmp_path, *extra: str, leader_elect: bool = False, log_name: str = "operator.log",
+                   policy: str = "binpack", ready: str = "fgpu scheduler started"):
+    """`fgpu operator` against the test cluster, its output in tmp_path/log_name; returns once the log shows
+    `ready` (the model is synced), or fails the test with the log's tail."""
+    log = tmp_path / log_name
+    env = {**os.environ, "KUBECONFIG": str(k8s.kubeconfig)}
+    argv = [FGPU, "operator", "--policy", policy, *([] if leader_elect else ["--no-leader-elect"]), *extra]
+    proc = subprocess.Popen(argv, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
+    proc.log_path = log
+    deadline = time.monotonic() + 60
+    while ready not in log.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"operator did not start:\n{log.read_text(errors='replace')[-3000:]}", pytrace=False)
+        time.sleep(0.2)
+    return proc
+
+
+def stop(proc) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
