@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,6 +27,7 @@ from ..kube.session import ApiSession
 from ..objects import pod_key, timestamp
 from ..placement.live import Allocation, LiveCluster
 from . import translate
+from .queue import ActiveQueue, sort_key
 
 log = logging.getLogger("fgpu.scheduler")
 FINISHED = ("Succeeded", "Failed")
@@ -39,6 +39,10 @@ class Pending:
     request: object  # GpuRequest | None
     message: str = ""  # the last explanation written on the pod
 
+    @property
+    def key(self) -> tuple[int, int]:
+        return sort_key(self.pod, self.request is None or self.request.priority == "high")
+
 
 class Scheduler:
     """Feed it watch events (`on_pod`, `on_node`); `run()` places pending pods while `is_leader()`."""
@@ -48,7 +52,7 @@ class Scheduler:
                  max_binds_in_flight: int = 64):
         self.live, self.api, self.events = live, api, events
         self.is_leader, self.scheduler_name = is_leader, scheduler_name
-        self.queue: OrderedDict[str, Pending] = OrderedDict()  # uid -> pod waiting for a decision
+        self.queue: ActiveQueue[Pending] = ActiveQueue()  # uid -> pod waiting for a decision
         self.parked: dict[str, Pending] = {}  # uid -> pod that fit nowhere at its last try
         self.binding: set[str] = set()  # uids whose Binding is in flight
         self._wake = asyncio.Event()
@@ -74,7 +78,7 @@ class Scheduler:
             return
         node = spec.get("nodeName")
         if node:
-            self.queue.pop(uid, None)
+            self.queue.remove(uid)
             self.parked.pop(uid, None)
             if uid in self.binding:
                 self._seen_bound[uid] = pod  # ours landed, or another scheduler's did: `_bind` decides
@@ -85,15 +89,16 @@ class Scheduler:
             return
         if uid in self.binding or uid in self.live.allocations:
             return
-        entry = self.parked.get(uid)
+        entry = self.parked.get(uid) or self.queue.get(uid)
         if entry is not None:
-            entry.pod = pod  # keep waiting, with the fresh object
+            entry.pod = pod  # keep its place, with the fresh object
             return
-        self.queue[uid] = Pending(pod, translate.gpu_request(pod))
+        entry = Pending(pod, translate.gpu_request(pod))
+        self.queue.push(uid, entry, entry.key)
         self._wake.set()
 
     def _forget(self, uid: str) -> None:
-        self.queue.pop(uid, None)
+        self.queue.remove(uid)
         self.parked.pop(uid, None)
         self.events.forget(uid)
         if uid not in self.binding and self.live.release(uid) is not None:
@@ -110,9 +115,9 @@ class Scheduler:
 
     def retry_waiting(self) -> None:
         """Capacity changed: every parked pod gets another try (kube-scheduler's move to the active queue)."""
-        if self.parked:
-            self.queue.update(self.parked)
-            self.parked.clear()
+        for uid, entry in self.parked.items():
+            self.queue.push(uid, entry, entry.key)
+        self.parked.clear()
         self._wake.set()
 
     # --- the loop ------------------------------------------------------------------------------------------
@@ -121,7 +126,7 @@ class Scheduler:
             await self._wake.wait()
             self._wake.clear()
             while self.queue and self.is_leader():
-                uid, entry = self.queue.popitem(last=False)
+                uid, entry = self.queue.pop()
                 try:
                     await self._schedule_one(uid, entry)
                 except Exception:  # one bad pod must not stop the scheduler: log it, park it
@@ -176,7 +181,7 @@ class Scheduler:
                 return
             if out.result is Result.UNAVAILABLE or out.result is Result.FAILED:
                 log.warning("binding %s/%s to %s failed: %s; retrying", ns, name, allocation.node, out)
-                self.queue[uid] = entry
+                self.queue.push(uid, entry, entry.key)
                 self._wake.set()
             elif out.result is not Result.GONE:
                 log.info("binding %s/%s to %s: %s", ns, name, allocation.node, out)

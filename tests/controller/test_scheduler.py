@@ -74,3 +74,47 @@ def test_explained_reexplained_on_inventory_then_bound_after_release():
         loop.cancel()
 
     asyncio.run(scenario())
+
+
+def test_queue_orders_by_kube_priority_then_fgpu_priority_then_arrival():
+    from fgpu_operator.controller.queue import ActiveQueue, sort_key
+
+    q = ActiveQueue()
+    pods = {"low-late": ({}, False), "high-late": ({}, True), "kube-100-low": ({"priority": 100}, False),
+            "high-early": ({}, True)}
+    for name in ("high-early", "low-late", "kube-100-low", "high-late"):
+        spec, high = pods[name]
+        q.push(name, name, sort_key({"spec": spec}, high))
+    q.push("high-early", "high-early", sort_key({}, True))  # re-pushed: goes behind high-late
+    q.remove("low-late")
+    assert "low-late" not in q and len(q) == 3
+    assert [q.pop()[0] for _ in range(3)] == ["kube-100-low", "high-late", "high-early"]
+    assert not q
+
+
+def test_room_freed_goes_to_the_high_priority_pod_that_waited_less():
+    async def scenario():
+        api, events = FakeApi(), FakeEvents()
+        s = Scheduler(LiveCluster(policy="binpack"), api, events)
+        loop = asyncio.create_task(s.run())
+        s.on_node("ADDED", {"metadata": {"name": "n", "annotations": {
+            keys.INVENTORY: fractional_inventory("n", 1, uuid=lambda i: f"GPU-{i}")}},
+            "status": {"allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"}}})
+        s.on_pod("ADDED", pod("full", 1000))
+        await asyncio.sleep(0.05)
+        low = pod("low", 600)
+        low["metadata"]["annotations"][keys.REQUEST] = dump_request(GpuRequest(
+            containers=[ContainerRequest(container="main", milli_gpu=600)], priority="low"))
+        s.on_pod("ADDED", low)
+        await asyncio.sleep(0.05)
+        s.on_pod("ADDED", pod("high", 600))
+        await asyncio.sleep(0.05)
+        assert set(s.parked) == {"low", "high"}
+        s.on_pod("DELETED", pod("full", 1000))
+        await asyncio.sleep(0.05)
+        await s.drain()
+        binds = [c[1].split("/")[-2] for c in api.calls if c[1].endswith("/binding")]
+        assert binds == ["full", "high"] and "low" in s.parked
+        loop.cancel()
+
+    asyncio.run(scenario())
