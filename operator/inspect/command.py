@@ -14,6 +14,7 @@ from pathlib import Path
 from fgpu_contracts import keys
 from fgpu_contracts.errors import InputError
 
+from .audit import check
 from .render import OUTPUTS, render
 from .view import cluster_report, pod_report
 
@@ -43,7 +44,7 @@ def register(subparsers) -> None:
                     "pods; then node and cluster totals and pending pods. `inspect pod NAME` tells where one "
                     "pod went or why it did not; `inspect node NAME...` limits the view to those nodes.")
     _options(p, defaults=True)
-    what = p.add_subparsers(dest="inspect_what", metavar="{pod,node}")
+    what = p.add_subparsers(dest="inspect_what", metavar="{pod,node,check}")
     pod = what.add_parser("pod", help="where a pod went (node, GPUs, share) or why it is pending")
     pod.add_argument("name")
     pod.add_argument("-n", "--namespace", help="the pod's namespace (default: the context's, else default)")
@@ -51,6 +52,11 @@ def register(subparsers) -> None:
     node = what.add_parser("node", help="the GPU view of some nodes only")
     node.add_argument("names", nargs="+", metavar="NAME")
     _options(node, defaults=False)
+    check = what.add_parser(
+        "check", help="check fgpu's invariants on the cluster; exit 1 and one line per violation if any fail",
+        description="No GPU over-allocated (compute, memory; exclusive GPUs and MIG instances held once), no "
+                    "bound pod without its hand-off annotation, no hand-off annotation on an unbound pod.")
+    _options(check, defaults=False)
     p.set_defaults(func=run)
 
 
@@ -59,10 +65,12 @@ def run(args: argparse.Namespace) -> int:
     with session as api:
         if args.inspect_what == "pod":
             report = _inspect_pod(api, args.name, args.namespace or namespace)
+        elif args.inspect_what == "check":
+            report = _check(api)
         else:
             report = _inspect_cluster(api, getattr(args, "names", None))
     sys.stdout.write(render(report, args.output))
-    return 0
+    return 1 if getattr(report, "ok", True) is False else 0
 
 
 # --- reading the cluster -------------------------------------------------------------------------------------
@@ -80,6 +88,13 @@ def _inspect_cluster(api, only: list[str] | None):
     if only:
         pods = [p for p in pods if (p.get("spec") or {}).get("nodeName") in only]
     return cluster_report(nodes, pods, _gpunodes(api))
+
+
+def _check(api):
+    from kubernetes import client
+
+    core = client.CoreV1Api(api)
+    return check(_pages(core.list_node), _pages(core.list_pod_for_all_namespaces), _gpunodes(api))
 
 
 def _gpunodes(api) -> list[dict]:

@@ -168,8 +168,19 @@ class PodReport:
     request: dict[str, Any] | None = None  # fgpu.io/request: what the webhook understood the pod to ask
 
 
-Report = ClusterReport | PodReport
-_KINDS = {"ClusterReport": ClusterReport, "PodReport": PodReport}
+@dataclass(frozen=True, config=_CONFIG, kw_only=True)
+class CheckReport:
+    """`fgpu inspect check`: fgpu's invariants on the cluster (operator/inspect/audit.py says which)."""
+
+    kind: Literal["CheckReport"] = "CheckReport"
+    version: Literal["v1"] = VERSION
+    ok: bool
+    summary: Summary
+    violations: tuple[str, ...] = ()
+
+
+Report = ClusterReport | PodReport | CheckReport
+_KINDS = {"ClusterReport": ClusterReport, "PodReport": PodReport, "CheckReport": CheckReport}
 
 
 def report_document(report: Report) -> dict:

@@ -11,7 +11,18 @@ import yaml
 
 from fgpu_contracts.errors import InputError
 
-from .model import ClusterReport, GpuView, MigView, NodeView, PodReport, Report, Share, Usage, report_document
+from .model import (
+    CheckReport,
+    ClusterReport,
+    GpuView,
+    MigView,
+    NodeView,
+    PodReport,
+    Report,
+    Share,
+    Usage,
+    report_document,
+)
 
 OUTPUTS = ("table", "json", "yaml")
 _GIB = 1 << 30
@@ -24,7 +35,10 @@ def render(report: Report, output: str = "table") -> str:
     if output == "yaml":
         return yaml.safe_dump(report_document(report), sort_keys=False, width=1 << 16)  # a message stays one line
     if output == "table":
-        lines = cluster_table(report) if isinstance(report, ClusterReport) else pod_table(report)
+        if isinstance(report, CheckReport):
+            lines = check_lines(report)
+        else:
+            lines = cluster_table(report) if isinstance(report, ClusterReport) else pod_table(report)
         return "\n".join(lines) + "\n"
     raise InputError(f"unknown output format {output!r}", field="-o", allowed=OUTPUTS)
 
@@ -194,3 +208,13 @@ def pod_table(pod: PodReport) -> list[str]:
     if pod.request:
         lines.append(_asked(pod.request))
     return lines
+
+
+# --- the check -----------------------------------------------------------------------------------------------
+def check_lines(report: CheckReport) -> list[str]:
+    """One line per violation; or one line saying what holds."""
+    if report.violations:
+        return list(report.violations)
+    s = report.summary
+    return [f"ok: {s.pods} pods hold shares of {s.gpus} GPUs on {s.nodes} nodes; no GPU over-allocated, no bound "
+            "pod without its allocation, no allocation without its binding"]

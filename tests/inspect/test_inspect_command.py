@@ -31,7 +31,7 @@ def unreachable(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("argv", [["inspect"], ["inspect", "-o", "json", "node", "n1"],
-                                  ["inspect", "pod", "x", "-o", "yaml"]])
+                                  ["inspect", "pod", "x", "-o", "yaml"], ["inspect", "check"]])
 def test_an_unreachable_api_is_one_line_naming_the_server(unreachable, capsys, argv):
     assert main(argv) == 2
     assert one_error_line(capsys).startswith(

@@ -1,0 +1,67 @@
+"""The invariant checker (`fgpu inspect check`, reused by the crash and resilience tests): a consistent cluster
+passes; each kind of violation is found and said in one line naming the object."""
+from __future__ import annotations
+
+from fgpu_operator.inspect.audit import audit, check
+from fgpu_operator.inspect.render import render
+from inspect_objects import GIB, a100_mig, assignment, h100, node, pod
+
+from fgpu_contracts import keys
+
+
+def share(uuid: str, milli: int, mem_gib: int) -> str:
+    return assignment("gpu-a", ("main", 1, [{"uuid": uuid, "milli_gpu": milli, "mem_bytes": mem_gib * GIB}]))
+
+
+def bound(name: str, uuid: str = "GPU-a0", milli: int = 500, mem_gib: int = 40, **kw) -> dict:
+    p = pod(name, node_name="gpu-a", assigned=share(uuid, milli, mem_gib), **kw)
+    p["metadata"]["annotations"][keys.REQUEST] = "{}"  # asked fgpu for a GPU (the checker reads only the key)
+    return p
+
+
+NODES = [node("gpu-a", h100(0, "GPU-a0"), h100(1, "GPU-a1", sharing="exclusive")),
+         node("gpu-m", a100_mig(0, "GPU-m0"), mig_strategy="mixed")]
+
+
+def test_a_consistent_cluster_passes_and_says_what_it_checked():
+    pods = [bound("a"), bound("b"), bound("done", milli=1000, phase="Succeeded"),
+            pod("waiting", annotations={keys.REQUEST: "{}"}, phase="Pending")]
+    report = check(NODES, pods)
+    assert report.ok and report.violations == ()
+    assert render(report) == ("ok: 2 pods hold shares of 3 GPUs on 2 nodes; no GPU over-allocated, no bound pod "
+                              "without its allocation, no allocation without its binding\n")
+
+
+def test_over_allocated_compute_and_memory():
+    assert audit(NODES, [bound("a", milli=600, mem_gib=50), bound("b", milli=500, mem_gib=40)]) == [
+        "node gpu-a GPU 0 (GPU-a0): 1100 milli-GPU allocated, more than 1000",
+        f"node gpu-a GPU 0 (GPU-a0): {90 * GIB} bytes of memory allocated, more than its {80 * GIB}"]
+
+
+def test_an_exclusive_gpu_and_a_mig_instance_hold_one_pod_each():
+    mig = assignment("gpu-m", ("main", 1, [{"uuid": "MIG-3g-4", "mig_profile": "3g.20gb"}]))
+    pods = [bound("x", "GPU-a1", 100, 1), bound("y", "GPU-a1", 100, 1),
+            pod("m1", node_name="gpu-m", assigned=mig), pod("m2", node_name="gpu-m", assigned=mig)]
+    violations = audit(NODES, pods)
+    assert "node gpu-a GPU 1 (GPU-a1): exclusive, held by 2 pods: default/x, default/y" in violations
+    assert "node gpu-m MIG MIG-3g-4 (3g.20gb): held by 2 pods: default/m1, default/m2" in violations
+    assert any(v.startswith("node gpu-m MIG MIG-3g-4 (3g.20gb): 2000 milli-GPU") for v in violations)
+
+
+def test_bound_without_allocation_and_allocation_without_binding():
+    naked = pod("naked", node_name="gpu-a", annotations={keys.REQUEST: "{}"})
+    floating = pod("floating", assigned=share("GPU-a0", 300, 8), phase="Pending")
+    web = pod("web", node_name="gpu-a")  # asked for no GPU: holds nothing, owes nothing
+    assert audit(NODES, [naked, floating, web]) == [
+        "pod default/naked: bound to gpu-a without its allocation (fgpu.io/assignment missing)",
+        "pod default/floating: holds an allocation (fgpu.io/assignment) but is not bound"]
+
+
+def test_unreadable_or_misplaced_allocations_are_violations_too():
+    ghost = pod("ghost", node_name="gpu-a", assigned=share("GPU-gone", 300, 8))
+    broken = pod("broken", node_name="gpu-a", assigned="{not json")
+    violations = audit(NODES, [ghost, broken])
+    assert violations[0] == "pod default/ghost: fgpu.io/assignment gives container main GPU-gone, not a device of " \
+                            "node gpu-a"
+    assert violations[1].startswith("pod default/broken: fgpu.io/assignment")
+    assert len(violations) == 2
