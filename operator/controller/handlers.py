@@ -19,7 +19,7 @@ import kopf
 
 from ..kube import config as kubeconfig
 from ..kube.events import EventRecorder
-from ..kube.leader import LeaderElector
+from ..kube.leader import LeaderElector, default_identity
 from ..kube.session import ApiSession, Limits
 from ..placement.live import LiveCluster
 from .scheduler import Scheduler
@@ -77,10 +77,11 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     memo.api.open()
     memo.side_api = ApiSession(creds, Limits(qps=50, burst=100, max_in_flight=8))  # events, lease: apart
     memo.side_api.open()
-    memo.events = EventRecorder(memo.side_api)
+    identity = CONFIG.identity or default_identity()
+    memo.events = EventRecorder(memo.side_api, instance=identity)  # which replica decided, on every Event
     elector = None
     if CONFIG.leader_elect:
-        elector = LeaderElector(memo.side_api, CONFIG.lease_name, CONFIG.lease_namespace, CONFIG.identity)
+        elector = LeaderElector(memo.side_api, CONFIG.lease_name, CONFIG.lease_namespace, identity)
     memo.elector = elector
     memo.scheduler = Scheduler(LiveCluster(policy=CONFIG.policy), memo.api, memo.events,
                                is_leader=(lambda: elector.is_leader) if elector else (lambda: True),

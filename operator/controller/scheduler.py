@@ -59,6 +59,7 @@ class Scheduler:
         self._slots = asyncio.Semaphore(max_binds_in_flight)
         self._tasks: set[asyncio.Task] = set()
         self._seen_bound: dict[str, dict] = {}  # uid -> bound pod seen while our own Binding was in flight
+        self._explaining: dict[str, asyncio.Task] = {}  # uid -> its PodScheduled=False write in flight
 
     # --- watch events (synchronous: they only update memory) ---------------------------------------------
     def on_node(self, kind: str, node: dict) -> None:
@@ -145,23 +146,37 @@ class Scheduler:
         if isinstance(outcome, Allocation):
             self.binding.add(uid)
             await self._slots.acquire()
-            task = asyncio.create_task(self._bind(uid, entry, outcome))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._spawn(self._bind(uid, entry, outcome))
             return
         message = str(outcome)
         self.parked[uid] = entry
         if message != entry.message:
             entry.message = message
-            meta = pod.get("metadata") or {}
-            await set_unschedulable(self.api, meta.get("namespace", ""), meta.get("name", ""), message, pod=pod)
-            await self.events.emit(meta.get("namespace", ""), meta.get("name", ""), uid, "FailedScheduling",
-                                   message)
+            self._spawn(self._explain(uid, pod, message), self._explaining, uid)
+
+    async def _explain(self, uid: str, pod: dict, message: str) -> None:
+        """PodScheduled=False and a FailedScheduling event: written beside the loop, never holding it up."""
+        meta = pod.get("metadata") or {}
+        ns, name = meta.get("namespace", ""), meta.get("name", "")
+        await set_unschedulable(self.api, ns, name, message, pod=pod)
+        self.events.post(ns, name, uid, "FailedScheduling", message)
+
+    def _spawn(self, coro, registry: dict[str, asyncio.Task] | None = None, uid: str = "") -> asyncio.Task:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        if registry is not None:
+            registry[uid] = task
+            task.add_done_callback(lambda t: registry.pop(uid, None) if registry.get(uid) is t else None)
+        return task
 
     async def _bind(self, uid: str, entry: Pending, allocation: Allocation) -> None:
         meta = entry.pod.get("metadata") or {}
         ns, name = meta.get("namespace", ""), meta.get("name", "")
         try:
+            explaining = self._explaining.get(uid)
+            if explaining is not None:  # its PodScheduled=False must land before the Binding, not after
+                await asyncio.wait([explaining])
             annotations = {}
             if entry.request is not None:
                 assignment = translate.assignment_for(allocation, entry.request, self._gpu_memory(allocation))
@@ -171,8 +186,8 @@ class Scheduler:
                 return
             out = await bind(self.api, ns, name, uid, allocation.node, annotations)
             if out.ok:
-                await self.events.emit(ns, name, uid, "Scheduled",
-                                       f"Successfully assigned {ns}/{name} to {allocation.node}", type="Normal")
+                self.events.post(ns, name, uid, "Scheduled", f"Successfully assigned {ns}/{name} to {allocation.node}",
+                                 type="Normal")
                 return
             self.live.release(uid)
             bound = self._seen_bound.get(uid)

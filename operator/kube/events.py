@@ -47,8 +47,10 @@ class EventRecorder:
     the write when one is due. Call aclose() (or flush()) at shutdown to write pending counts."""
 
     def __init__(self, api: ApiSession, component: str = "fgpu-scheduler", instance: str = "",
-                 interval_s: float = 10.0, max_series: int = 10_000):
+                 interval_s: float = 10.0, max_series: int = 10_000, max_backlog: int = 1000):
         self.api = api
+        self.max_backlog = max_backlog
+        self.dropped = 0  # events `post` gave up on because the backlog was full
         self.component = component
         self.instance = instance
         self.interval_s = interval_s
@@ -74,6 +76,17 @@ class EventRecorder:
             return await self._write(series)
         self._schedule(series, wait)
         return AGGREGATED
+
+    def post(self, namespace: str, pod: str, uid: str, reason: str, message: str, type: str = "Warning") -> bool:
+        """emit() without waiting for it: a bind or a decision must not wait on the events' own rate limit.
+        Like client-go's event broadcaster, a full backlog (`max_backlog` writes) drops the event: False."""
+        if len(self._tasks) >= self.max_backlog:
+            self.dropped += 1
+            return False
+        task = asyncio.create_task(self.emit(namespace, pod, uid, reason, message, type))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return True
 
     def __len__(self) -> int:
         """How many (pod, reason) series are tracked."""

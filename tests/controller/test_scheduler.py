@@ -37,6 +37,10 @@ class FakeEvents:
     async def emit(self, namespace, name, uid, reason, message, type="Warning"):
         self.emitted.append((name, reason, message))
 
+    def post(self, namespace, name, uid, reason, message, type="Warning"):
+        self.emitted.append((name, reason, message))
+        return True
+
     def forget(self, uid):
         pass
 
