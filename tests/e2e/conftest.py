@@ -152,8 +152,11 @@ def namespace(k8s: ControlPlane, request: pytest.FixtureRequest) -> str:
     from kubernetes.client.rest import ApiException
 
     with k8s.api() as api:
-        try:
-            client.CoreV1Api(api).delete_namespace(name)
+        core = client.CoreV1Api(api)
+        try:  # pods first, at once: without a controller-manager the namespace's pods would outlive it,
+            # still bound to (deleted) test nodes and counted by whatever looks at the whole cluster next
+            core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+            core.delete_namespace(name)
         except ApiException as e:
             if e.status != 404:  # the test may have deleted it itself
                 raise
