@@ -20,6 +20,7 @@ from typing import Literal
 import pydantic
 
 from fgpu_contracts.assignment import DeviceShare
+from fgpu_contracts.errors import InputError
 from fgpu_contracts.keys import CRD_API_VERSION, GPUNODE_KIND, INVENTORY
 from fgpu_contracts.wire import Condition, ObjectMeta, WireModel, parse_json, without_derived
 
@@ -145,3 +146,23 @@ class GPUNode(WireModel):
 def gpunode(inv: Inventory) -> GPUNode:
     """The GPUNode a device plugin publishes for its node's inventory (no status: that is the operator's)."""
     return GPUNode(metadata=ObjectMeta(name=inv.node), spec=GPUNodeSpec(**dict(inv)))
+
+
+InventorySource = Literal["annotation", "gpunode"]
+
+
+def node_inventory(node_name: str, annotations: dict,
+                   gpunode_spec: dict | None) -> tuple[Inventory, InventorySource] | None:
+    """A node's inventory, the one rule every reader uses: the node's annotation while plugins still write it,
+    else its GPUNode's spec; None for a node that publishes neither. A malformed one is an InputError naming
+    where it came from (the node, or its GPUNode)."""
+    raw = annotations.get(INVENTORY)
+    try:
+        if raw:
+            return parse_inventory(raw), "annotation"
+        if gpunode_spec:
+            return parse_json(GPUNodeSpec, json.dumps(gpunode_spec), "spec"), "gpunode"
+    except InputError as e:
+        source = f"node {node_name}" if raw else f"{GPUNODE_KIND} {node_name}"
+        raise InputError(str(e), field=source) from None
+    return None

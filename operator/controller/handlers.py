@@ -17,11 +17,17 @@ from dataclasses import dataclass
 
 import kopf
 
+from fgpu_contracts import keys
+from fgpu_contracts.policy import SchedulingPolicySpec
+
+from ..admission import AdmissionConfig
 from ..kube import config as kubeconfig
 from ..kube.events import EventRecorder
 from ..kube.leader import LeaderElector, default_identity
 from ..kube.session import ApiSession, Limits
 from ..placement.live import LiveCluster
+from .gpunodes import StatusWriter
+from .policy import PolicyWatch
 from .scheduler import Scheduler
 
 log = logging.getLogger("fgpu.operator")
@@ -51,11 +57,21 @@ class OperatorConfig:
 CONFIG = OperatorConfig()
 
 
-async def initial_sync(api: ApiSession, scheduler: Scheduler) -> None:
-    """List nodes, then pods, into the model (raw JSON, one request each) before any decision."""
-    for path, feed in (("/api/v1/nodes", scheduler.on_node), ("/api/v1/pods", scheduler.on_pod)):
+async def initial_sync(api: ApiSession, scheduler: Scheduler, policy: PolicyWatch | None = None) -> None:
+    """List the cluster's defaults, GPUNodes, nodes, then pods into the model (raw JSON, one request each)
+    before any decision. The custom resources are optional: without their CRDs, nodes carry the inventory."""
+    crds = f"/apis/{keys.CRD_GROUP}/{keys.CRD_VERSION}"
+    lists = [(f"{crds}/{keys.SCHEDULING_POLICY_PLURAL}", policy.on_event if policy else None, True),
+             (f"{crds}/{keys.GPUNODE_PLURAL}", scheduler.on_gpunode, True),
+             ("/api/v1/nodes", scheduler.on_node, False), ("/api/v1/pods", scheduler.on_pod, False)]
+    for path, feed, optional in lists:
+        if feed is None:
+            continue
         out = await api.request("GET", path)
         if not out.ok:
+            if optional and out.status in (403, 404):
+                log.info("%s not readable (%s): going on without it", path, out.status)
+                continue
             raise kopf.PermanentError(f"cannot list {path}: {out}")
         for item in out.body.get("items", []):
             feed("ADDED", item)
@@ -86,11 +102,20 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     memo.scheduler = Scheduler(LiveCluster(policy=CONFIG.policy), memo.api, memo.events,
                                is_leader=(lambda: elector.is_leader) if elector else (lambda: True),
                                max_binds_in_flight=CONFIG.binds_in_flight)
-    await initial_sync(memo.api, memo.scheduler)
-    memo.tasks = [asyncio.create_task(memo.scheduler.run(), name="fgpu-scheduler")]
+    is_leader = memo.scheduler.is_leader
+    memo.admission = AdmissionConfig()  # what the webhook reads; the SchedulingPolicy updates it
+    memo.status_api = ApiSession(creds, Limits(qps=20, burst=40, max_in_flight=4))  # GPUNode/policy status
+    memo.status_api.open()
+    memo.status = StatusWriter(memo.status_api, memo.scheduler.held, memo.scheduler.live.specs.get, is_leader)
+    memo.policy = PolicyWatch(SchedulingPolicySpec(node_policy=CONFIG.policy),
+                              lambda spec: _apply_policy(memo, spec))
+    await initial_sync(memo.api, memo.scheduler, memo.policy)
+    memo.tasks = [asyncio.create_task(memo.scheduler.run(), name="fgpu-scheduler"),
+                  asyncio.create_task(memo.status.run(), name="fgpu-gpunode-status"),
+                  asyncio.create_task(memo.policy.run(memo.status_api, is_leader), name="fgpu-policy-status")]
     if elector is not None:
         memo.tasks.append(asyncio.create_task(elector.run(), name="fgpu-leader-election"))
-        memo.tasks.append(asyncio.create_task(_wake_on_leadership(elector, memo.scheduler)))
+        memo.tasks.append(asyncio.create_task(_wake_on_leadership(elector, memo)))
     log.info("fgpu scheduler started: %d nodes, %d allocations restored", len(memo.scheduler.live.specs),
              len(memo.scheduler.live.allocations))
 
@@ -111,12 +136,22 @@ def _webhook_server() -> kopf.WebhookServer:
                               certfile=cert.certfile, pkeyfile=cert.pkeyfile, cafile=cert.cafile)
 
 
-async def _wake_on_leadership(elector: LeaderElector, scheduler: Scheduler) -> None:
-    """A standby that becomes leader places whatever waited meanwhile."""
+async def _wake_on_leadership(elector: LeaderElector, memo: kopf.Memo) -> None:
+    """A standby that becomes leader places whatever waited meanwhile and rewrites every status."""
     while True:
         await elector.became_leader.wait()
         elector.became_leader.clear()
-        scheduler.retry_waiting()
+        memo.scheduler.retry_waiting()
+        memo.status.mark(memo.status.known)
+        memo.policy.forget_written()
+
+
+def _apply_policy(memo: kopf.Memo, spec: SchedulingPolicySpec) -> None:
+    """The cluster's new defaults: node and GPU policy for the scheduler, takeover and units for the webhook."""
+    memo.scheduler.live.set_default_policy(spec.node_policy)
+    memo.scheduler.gpu_policy = spec.gpu_policy
+    memo.admission = memo.admission.model_copy(update={
+        "takeover_schedulers": spec.takeover_schedulers, "aliyun_memory_unit": spec.aliyun_memory_unit})
 
 
 @kopf.on.cleanup()
@@ -129,7 +164,7 @@ async def stop(memo: kopf.Memo, **_) -> None:
         await memo.scheduler.drain()
     if getattr(memo, "events", None) is not None:
         await memo.events.aclose()
-    for name in ("api", "side_api"):
+    for name in ("api", "side_api", "status_api"):
         if getattr(memo, name, None) is not None:
             await getattr(memo, name).close()
 
@@ -142,3 +177,15 @@ def node_event(event: dict, memo: kopf.Memo, **_) -> None:
 @kopf.on.event("", "v1", "pods")
 def pod_event(event: dict, memo: kopf.Memo, **_) -> None:
     memo.scheduler.on_pod(event.get("type") or "ADDED", event["object"])
+
+
+@kopf.on.event(keys.CRD_GROUP, keys.CRD_VERSION, keys.GPUNODE_PLURAL)
+def gpunode_event(event: dict, memo: kopf.Memo, **_) -> None:
+    kind = event.get("type") or "ADDED"
+    memo.scheduler.on_gpunode(kind, event["object"])
+    memo.status.seen(event["object"]["metadata"]["name"], exists=kind != "DELETED")
+
+
+@kopf.on.event(keys.CRD_GROUP, keys.CRD_VERSION, keys.SCHEDULING_POLICY_PLURAL)
+def policy_event(event: dict, memo: kopf.Memo, **_) -> None:
+    memo.policy.on_event(event.get("type") or "ADDED", event["object"])

@@ -27,6 +27,7 @@ from ..kube.session import ApiSession
 from ..objects import pod_key, timestamp
 from ..placement.live import Allocation, LiveCluster
 from . import translate
+from .gpunodes import NodeAllocations, allocation_rows
 from .queue import ActiveQueue, sort_key
 
 log = logging.getLogger("fgpu.scheduler")
@@ -60,15 +61,35 @@ class Scheduler:
         self._tasks: set[asyncio.Task] = set()
         self._seen_bound: dict[str, dict] = {}  # uid -> bound pod seen while our own Binding was in flight
         self._explaining: dict[str, asyncio.Task] = {}  # uid -> its PodScheduled=False write in flight
+        self.nodes: dict[str, dict] = {}  # name -> the Node's fields placement reads
+        self.gpunodes: dict[str, dict] = {}  # name -> its GPUNode's spec
+        self.held = NodeAllocations()  # what each bound pod holds, for GPUNode status
+        self.gpu_policy = "binpack"  # the cluster's GPU policy (SchedulingPolicy), for requests naming none
 
     # --- watch events (synchronous: they only update memory) ---------------------------------------------
     def on_node(self, kind: str, node: dict) -> None:
         name = (node.get("metadata") or {}).get("name", "")
+        self.held.dirty.add(name)  # its GPUNode's Schedulable condition may change
         if kind == "DELETED":
+            self.nodes.pop(name, None)
             for uid in self.live.remove_node(name):
                 log.warning("node %s deleted with pod %s allocated on it", name, uid)
             return
-        if self.live.upsert_node(translate.node_spec(node)):
+        self.nodes[name] = _placement_fields(node)
+        self._refresh(name)
+
+    def on_gpunode(self, kind: str, gpunode: dict) -> None:
+        """A GPUNode's spec is the inventory of a node that publishes no annotation."""
+        name = (gpunode.get("metadata") or {}).get("name", "")
+        if kind == "DELETED":
+            self.gpunodes.pop(name, None)
+        else:
+            self.gpunodes[name] = gpunode.get("spec") or {}
+        if name in self.nodes:
+            self._refresh(name)
+
+    def _refresh(self, name: str) -> None:
+        if self.live.upsert_node(translate.node_spec(self.nodes[name], self.gpunodes.get(name))):
             self.retry_waiting()
 
     def on_pod(self, kind: str, pod: dict) -> None:
@@ -99,6 +120,7 @@ class Scheduler:
         self._wake.set()
 
     def _forget(self, uid: str) -> None:
+        self.held.drop(uid)
         self.queue.remove(uid)
         self.parked.pop(uid, None)
         self.events.forget(uid)
@@ -109,10 +131,14 @@ class Scheduler:
         request = translate.gpu_request(pod)
         bound = translate.bound_devices(pod)
         try:
-            core = translate.core_request(pod, request if bound else None)
+            core = translate.core_request(pod, request if bound else None, self.gpu_policy)
         except InputError:
             core = translate.core_request(pod, None)
         self.live.restore(uid, core, node, bound.gpus if bound else (), bound.mig if bound else ())
+        if bound is not None:
+            meta = pod.get("metadata") or {}
+            self.held.hold(uid, node, allocation_rows(meta.get("namespace", ""), meta.get("name", ""), uid,
+                                                      bound.assignment))
 
     def retry_waiting(self) -> None:
         """Capacity changed: every parked pod gets another try (kube-scheduler's move to the active queue)."""
@@ -138,7 +164,7 @@ class Scheduler:
     async def _schedule_one(self, uid: str, entry: Pending) -> None:
         pod, request = entry.pod, entry.request
         try:
-            core = translate.core_request(pod, request)
+            core = translate.core_request(pod, request, self.gpu_policy)
             policy = request.node_policy if request is not None else None
             outcome = self.live.schedule(uid, core, policy)
         except InputError as err:  # a shape the core does not place: say so on the pod, never guess
@@ -177,7 +203,7 @@ class Scheduler:
             explaining = self._explaining.get(uid)
             if explaining is not None:  # its PodScheduled=False must land before the Binding, not after
                 await asyncio.wait([explaining])
-            annotations = {}
+            annotations, assignment = {}, None
             if entry.request is not None:
                 assignment = translate.assignment_for(allocation, entry.request, self._gpu_memory(allocation))
                 annotations = translate.binding_annotations(assignment, timestamp(micro=True))
@@ -186,6 +212,8 @@ class Scheduler:
                 return
             out = await bind(self.api, ns, name, uid, allocation.node, annotations)
             if out.ok:
+                if assignment is not None:
+                    self.held.hold(uid, allocation.node, allocation_rows(ns, name, uid, assignment))
                 self.events.post(ns, name, uid, "Scheduled", f"Successfully assigned {ns}/{name} to {allocation.node}",
                                  type="Normal")
                 return
@@ -214,3 +242,13 @@ class Scheduler:
         """Wait for in-flight binds (tests, shutdown)."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+def _placement_fields(node: dict) -> dict:
+    """The parts of a Node that placement reads (its managedFields and conditions are most of its size)."""
+    meta = node.get("metadata") or {}
+    status = node.get("status") or {}
+    return {"metadata": {"name": meta.get("name", ""), "labels": meta.get("labels") or {},
+                         "annotations": meta.get("annotations") or {}},
+            "spec": node.get("spec") or {},
+            "status": {k: status[k] for k in ("allocatable", "capacity") if k in status}}

@@ -21,7 +21,7 @@ from fgpu_contracts.assignment import (
     parse_assignment,
 )
 from fgpu_contracts.errors import InputError
-from fgpu_contracts.inventory import parse_inventory
+from fgpu_contracts.inventory import node_inventory
 from fgpu_contracts.request import MILLI, GpuRequest, load_request
 
 from ..admission.quantity import parse_quantity
@@ -61,12 +61,13 @@ def _extended(resources: dict) -> dict[str, int]:
 
 
 # --- nodes -------------------------------------------------------------------------------------------------
-def node_spec(node: dict) -> NodeSpec:
-    """A Node (and its `fgpu.io/gpu-inventory` annotation) as the core sees it. A node whose inventory is
-    missing or malformed has no GPUs: fgpu places nothing there until its device plugin publishes one."""
+def node_spec(node: dict, gpunode_spec: dict | None = None) -> NodeSpec:
+    """A Node and its GPU inventory (the `fgpu.io/gpu-inventory` annotation, else its GPUNode's spec) as the
+    core sees it. A node whose inventory is missing or malformed has no GPUs: fgpu places nothing there until
+    its device plugin publishes one."""
     meta, spec, status = node.get("metadata", {}), node.get("spec") or {}, node.get("status") or {}
     alloc = status.get("allocatable") or status.get("capacity") or {}
-    gpus = inventory_gpus(meta.get("annotations") or {})
+    gpus = inventory_gpus(meta.get("name", ""), meta.get("annotations") or {}, gpunode_spec)
     taints = tuple(Taint(t.get("key", ""), t.get("value", "") or "", t.get("effect", "NoSchedule"))
                    for t in spec.get("taints") or ())
     models = {g.model for g in gpus}
@@ -85,14 +86,14 @@ def node_spec(node: dict) -> NodeSpec:
     )
 
 
-def inventory_gpus(annotations: dict) -> tuple[GpuInfo, ...]:
-    raw = annotations.get(keys.INVENTORY)
-    if not raw:
-        return ()
+def inventory_gpus(node: str, annotations: dict, gpunode_spec: dict | None = None) -> tuple[GpuInfo, ...]:
     try:
-        inv = parse_inventory(raw)
+        found = node_inventory(node, annotations, gpunode_spec)
     except InputError:
         return ()
+    if found is None:
+        return ()
+    inv = found[0]
     return tuple(
         GpuInfo(g.uuid, canonical_model(g.model), g.mem_bytes // _MIB, g.sms, g.sharing, g.healthy,
                 tuple(MigSlot(m.uuid, m.profile, m.mem_bytes // _MIB, m.sms, m.healthy) for m in g.mig))
@@ -137,8 +138,9 @@ class Unsupported(InputError):
     """A request the core cannot place as asked (said to the user on the pod, never mis-scheduled)."""
 
 
-def core_request(pod: dict, request: GpuRequest | None) -> Request:
-    """The core's view of a pod: its CPU/memory/extended resources, its GPU shape and its constraints."""
+def core_request(pod: dict, request: GpuRequest | None, gpu_policy: str = "binpack") -> Request:
+    """The core's view of a pod: its CPU/memory/extended resources, its GPU shape and its constraints
+    (`gpu_policy`: the cluster's GPU policy, for a request that names none)."""
     spec = pod.get("spec") or {}
     cpu, mem, ext = pod_resources(pod)
     constraints = Constraints(
@@ -148,7 +150,7 @@ def core_request(pod: dict, request: GpuRequest | None) -> Request:
                                      t.get("value", "") or "", t.get("effect", "") or "")
                           for t in spec.get("tolerations") or ()),
         extended=tuple(sorted(ext.items())),
-        **(_gpu_constraints(request) if request else {}),
+        **(_gpu_constraints(request, gpu_policy) if request else {}),
     )
     name = pod_key(pod)
     if request is None:
@@ -180,13 +182,13 @@ def _one_shape(request: GpuRequest):
     return shape
 
 
-def _gpu_constraints(request: GpuRequest) -> dict:
+def _gpu_constraints(request: GpuRequest, default_gpu_policy: str) -> dict:
     return {
         "exclude_models": tuple(canonical_model(m) for m in request.exclude_models),
         "uuids": request.uuids, "exclude_uuids": request.exclude_uuids,
         "affinity_group": request.affinity or "", "anti_affinity_group": request.anti_affinity or "",
         "exclusion_group": request.exclusion or "",
-        "gpu_policy": request.gpu_policy if request.gpu_policy == "spread" else "",
+        "gpu_policy": "spread" if (request.gpu_policy or default_gpu_policy) == "spread" else "",
     }
 
 
@@ -236,6 +238,7 @@ class Bound:
     node: str
     gpus: tuple[str, ...]
     mig: tuple[str, ...]
+    assignment: Assignment
 
 
 def bound_devices(pod: dict) -> Bound | None:
@@ -249,4 +252,4 @@ def bound_devices(pod: dict) -> Bound | None:
         return None
     devices = [d for c in a.containers for d in c.devices]
     return Bound(a.node, tuple(d.uuid for d in devices if not d.mig_profile),
-                 tuple(d.uuid for d in devices if d.mig_profile))
+                 tuple(d.uuid for d in devices if d.mig_profile), a)

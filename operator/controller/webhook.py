@@ -14,13 +14,11 @@ import kopf
 from fgpu_contracts import keys
 from fgpu_contracts.errors import InputError
 
-from ..admission import AdmissionConfig, mutate, parse_pod
+from ..admission import AdmissionConfig, HandoffError, mutate, parse_pod
 
-#: Set by `command.run` before Kopf starts (from flags / the chart's values).
-ADMISSION = AdmissionConfig()
-#: Users allowed to write the hand-off annotations on an existing pod (the operator's and the device
-#: plugin's service accounts); set by `command.run`.
-TRUSTED_USERS: set[str] = set()
+#: Users allowed to write the hand-off annotations on an existing pod: the operator's and the device
+#: plugin's service accounts (the admission defaults), and whoever `command.run` adds from `--trusted-user`.
+TRUSTED_USERS: set[str] = set(AdmissionConfig().trusted_users)
 
 
 def _touched(before: dict, after: dict, patch: kopf.Patch) -> None:
@@ -36,16 +34,29 @@ def _touched(before: dict, after: dict, patch: kopf.Patch) -> None:
             patch.metadata.setdefault("annotations", {})[key] = a_ann.get(key)  # None removes it
 
 
+def cluster_config(config: AdmissionConfig, largest_gpu_mib: int) -> AdmissionConfig:
+    """`config` with the cluster's largest GPU (from the scheduler's model) where no setting gave one, so a
+    per-device memory request above it is refused and memory-only shares are sized against it."""
+    if config.max_gpu_memory_bytes is not None or largest_gpu_mib <= 0:
+        return config
+    return config.model_copy(update={"max_gpu_memory_bytes": largest_gpu_mib << 20})
+
+
 @kopf.on.mutate("", "v1", "pods", id="fgpu-request", operations=["CREATE"], side_effects=False)
-def normalise_pod(body: kopf.Body, patch: kopf.Patch, **_) -> None:
+def normalise_pod(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_) -> None:
     """Parse any accepted spelling into `fgpu.io/request`, route the pod to fgpu's scheduler, make its
     resources what a real kubelet will admit; deny a bad request with one line."""
     pod = copy.deepcopy(dict(body))
+    scheduler = getattr(memo, "scheduler", None)  # set at start-up; absent while the model is being listed
+    base = getattr(memo, "admission", None) or AdmissionConfig()  # the cluster's SchedulingPolicy shapes it
+    config = cluster_config(base, scheduler.live.largest_gpu_mib() if scheduler is not None else 0)
     try:
-        request = parse_pod(pod, ADMISSION)
+        request = parse_pod(pod, config)
         if request is None:
             return
-        ops = mutate(pod, request, ADMISSION)
+        ops = mutate(pod, request, config)
+    except HandoffError as err:  # an allocation written by hand: forbidden, as the pure `review` answers
+        raise kopf.AdmissionError(str(err), code=403) from None
     except InputError as err:
         raise kopf.AdmissionError(str(err), code=400) from None
     _touched(pod, jsonpatch.apply_patch(pod, ops), patch)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from fgpu_contracts import keys
 from fgpu_contracts.assignment import Assignment, DeviceShare, parse_assignment
 from fgpu_contracts.errors import InputError
-from fgpu_contracts.inventory import GpuInfo, GPUNodeSpec, Inventory, MigDevice, parse_inventory
+from fgpu_contracts.inventory import GpuInfo, Inventory, MigDevice, node_inventory
 from fgpu_contracts.request import GpuRequest, dump_request
 from fgpu_contracts.wire import parse_json
 
@@ -61,17 +61,7 @@ def _scheduler(pod: dict) -> str:
 
 def _inventory(node: dict, gpunode: dict | None) -> tuple[Inventory, str] | None:
     """The node's inventory and where it came from; None for a node without GPUs fgpu knows of."""
-    name = _meta(node).get("name", "")
-    raw = _annotations(node).get(keys.INVENTORY)
-    try:
-        if raw:
-            return parse_inventory(raw), "annotation"
-        if gpunode and gpunode.get("spec"):
-            return parse_json(GPUNodeSpec, json.dumps(gpunode["spec"]), "spec"), "gpunode"
-    except InputError as e:
-        source = f"node {name}" if raw else f"{keys.GPUNODE_KIND} {name}"
-        raise InputError(str(e), field=source) from None
-    return None
+    return node_inventory(_meta(node).get("name", ""), _annotations(node), (gpunode or {}).get("spec"))
 
 
 def _assignment(pod: dict) -> Assignment | None:

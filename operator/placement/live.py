@@ -16,6 +16,7 @@ import numpy as np
 
 from .fragmentation import TargetWorkload
 from .framework import Framework, Unschedulable
+from .gpus import gpu_memory_mib
 from .model import MILLI, Cluster, NodeSpec, Placement, Request
 from .policies import DEFAULT_POLICY, make_policy
 
@@ -71,14 +72,22 @@ class LiveCluster:
         self._frameworks: dict[str, Framework] = {}
         self._index: dict[str, int] = {}
         self._dirty = True
+        self._node_changes = 0  # bumped on every node added, changed or removed
+        self._largest_gpu_mib = (-1, 0)  # (node changes it was computed at, MiB)
 
     # --- nodes ------------------------------------------------------------------------------------------
+    def set_default_policy(self, policy: str) -> None:
+        """The node policy for pods that name none (the cluster's SchedulingPolicy changed)."""
+        make_policy(policy, self.workload)
+        self.default_policy = policy
+
     def upsert_node(self, spec: NodeSpec) -> bool:
         """Add or update a node. True when capacity may have grown (waiting pods are worth retrying)."""
         old = self.specs.get(spec.name)
         if old == spec:
             return False
         self.specs[spec.name] = spec
+        self._node_changes += 1
         if old is not None and not self._dirty and _same_capacity(old, spec):
             self._cluster.update_node_facts(self._index[spec.name], spec)
             return (old.unschedulable and not spec.unschedulable) or old.taints != spec.taints \
@@ -94,6 +103,7 @@ class LiveCluster:
         (reported, and released when the pod goes) rather than vanishing."""
         if self.specs.pop(name, None) is None:
             return []
+        self._node_changes += 1
         orphans = [uid for uid, a in self.allocations.items() if a.node == name]
         for uid in orphans:
             self.unplaced[uid] = self.allocations.pop(uid)
@@ -158,6 +168,17 @@ class LiveCluster:
         return allocation
 
     # --- reading ----------------------------------------------------------------------------------------
+    def largest_gpu_mib(self) -> int:
+        """Memory (MiB) of the largest GPU any node has, healthy or not (0 while no node has a GPU): the
+        admission webhook refuses a per-device memory request above it. Reads a snapshot of the nodes, so the
+        webhook may call it from Kopf's handler thread."""
+        seen, largest = self._largest_gpu_mib
+        if seen != self._node_changes:
+            seen, specs = self._node_changes, list(self.specs.values())
+            largest = max((g.mem_mib or gpu_memory_mib(g.model) for s in specs for g in s.gpus), default=0)
+            self._largest_gpu_mib = (seen, largest)
+        return largest
+
     @property
     def cluster(self) -> Cluster | None:
         """The placement arrays, brought up to date (None while there are no nodes)."""

@@ -63,3 +63,36 @@ def stop(proc) -> None:
         proc.kill()
 
 
+CRDS = Path(__file__).resolve().parents[2] / "deploy" / "crds"
+
+
+def install_crds(k8s) -> None:
+    """Apply deploy/crds/*.yaml (idempotent) and wait until each kind is served."""
+    import yaml
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+    from polling import wait_for
+
+    with k8s.api() as api:
+        ext = client.ApiextensionsV1Api(api)
+        for path in sorted(CRDS.glob("*.yaml")):
+            crd = yaml.safe_load(path.read_text())
+            try:
+                ext.create_custom_resource_definition(crd)
+            except ApiException as e:
+                if e.status != 409:
+                    raise
+            group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
+            version = crd["spec"]["versions"][0]["name"]
+            custom = client.CustomObjectsApi(api)
+
+            def served(custom=custom, group=group, version=version, plural=plural):
+                try:
+                    custom.list_cluster_custom_object(group, version, plural)
+                except ApiException as e:
+                    if e.status == 404:
+                        return False
+                    raise
+                return True
+
+            wait_for(served, 30, f"{plural}.{group} to be served")
