@@ -7,21 +7,17 @@ tests/deviceplugin/stub_kubelet.py (there is no kubelet in CI; docs/testing.md).
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import grpc
 import pytest
-import yaml
-from kubernetes import client
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "deviceplugin"))
 
+from plugin_proc import running_plugin  # noqa: E402
 from stub_kubelet import StubKubelet  # noqa: E402
 
 from deviceplugin.api import api_pb2  # noqa: E402
@@ -32,7 +28,6 @@ from fgpu_contracts.assignment import (  # noqa: E402
     dump_assignment,
 )
 from fgpu_contracts.keys import ALLOCATED, ASSIGNED_AT, ASSIGNMENT  # noqa: E402
-from simgpu.nodeconfig import parse_node_config  # noqa: E402
 from simgpu.token import verify_token  # noqa: E402
 
 pytestmark = pytest.mark.e2e
@@ -54,32 +49,8 @@ def _wait(predicate, timeout=15.0):
 
 @pytest.fixture
 def node_and_plugin(k8s):
-    workdir = tempfile.mkdtemp(prefix="dpe", dir="/tmp")
-    (Path(workdir) / "secret").write_bytes(SECRET)
-    cfg_path = Path(workdir) / "node.yaml"
-    cfg_path.write_text(CONFIG + f"tokenSecretFile: {workdir}/secret\n")
-    with k8s.api() as api:
-        core = client.CoreV1Api(api)
-        core.create_node({"metadata": {"name": NODE}})
-        kubelet = StubKubelet(workdir)
-        kubelet.start()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "deviceplugin.cli", "--config", str(cfg_path), "--node-name", NODE,
-             "--device-plugin-path", workdir, "--kubeconfig", k8s.kubeconfig, "--daemon-socket",
-             "/run/fgpu/daemon.sock"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        try:
-            yield core, kubelet, parse_node_config(yaml.safe_load(CONFIG))
-        finally:
-            proc.terminate()
-            try:
-                out = proc.communicate(timeout=10)[0]
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                out = proc.communicate()[0]
-            kubelet.stop()
-            core.delete_node(NODE)
-            shutil.rmtree(workdir, ignore_errors=True)
-            print(out[-3000:])
+    with running_plugin(k8s, NODE, CONFIG, SECRET) as (core, kubelet, cfg):
+        yield core, kubelet, cfg
 
 
 def _pod(namespace: str, name: str, gpu: str, mem: int, sm: int) -> dict:

@@ -1,0 +1,55 @@
+"""fgpu's device plugin as a real process for e2e tests, registered with the stub kubelet
+(tests/deviceplugin/stub_kubelet.py) and publishing to the test cluster as the plugin of one node."""
+from __future__ import annotations
+
+import contextlib
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "deviceplugin"))
+
+from stub_kubelet import StubKubelet  # noqa: E402
+
+from simgpu.nodeconfig import parse_node_config  # noqa: E402
+
+
+@contextlib.contextmanager
+def running_plugin(k8s, node: str, config: str, secret: bytes,
+                   labels: dict[str, str] | None = None) -> Iterator[tuple[object, StubKubelet, object]]:
+    """Create Node `node` (with `labels`), start the stub kubelet and `fgpu-device-plugin` for it with the
+    simgpu node config `config`; yield (CoreV1Api, kubelet, parsed config); stop both and delete the node."""
+    from kubernetes import client
+
+    workdir = tempfile.mkdtemp(prefix="dpe", dir="/tmp")  # short: unix socket paths are limited to 108 bytes
+    (Path(workdir) / "secret").write_bytes(secret)
+    cfg_path = Path(workdir) / "node.yaml"
+    cfg_path.write_text(config + f"tokenSecretFile: {workdir}/secret\n")
+    with k8s.api() as api:
+        core = client.CoreV1Api(api)
+        core.create_node({"metadata": {"name": node, "labels": labels or {}}})
+        kubelet = StubKubelet(workdir)
+        kubelet.start()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "deviceplugin.cli", "--config", str(cfg_path), "--node-name", node,
+             "--device-plugin-path", workdir, "--kubeconfig", k8s.kubeconfig, "--daemon-socket",
+             "/run/fgpu/daemon.sock"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            yield core, kubelet, parse_node_config(yaml.safe_load(config))
+        finally:
+            proc.terminate()
+            try:
+                out = proc.communicate(timeout=10)[0]
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out = proc.communicate()[0]
+            kubelet.stop()
+            core.delete_node(node)
+            shutil.rmtree(workdir, ignore_errors=True)
+            print(out[-3000:])

@@ -1,0 +1,85 @@
+"""The whole path, once: a pod asking for part of a GPU in fgpu's own annotations goes through the real
+apiserver's admission (fgpu's webhook normalises it and routes it to fgpu's scheduler), is placed and bound
+by the operator with its hand-off annotation, and the device plugin of the node it was bound to answers the
+kubelet's Allocate (the stub kubelet, acting for that node) with the share the pod asked for in the env."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from kubeplane import free_port
+from operator_proc import start_operator, stop
+from plugin_proc import running_plugin
+from polling import wait_for
+
+from deviceplugin.api import api_pb2
+from fgpu_contracts import keys
+from simgpu.token import verify_token
+
+pytestmark = pytest.mark.e2e
+NODE = "whole-path-node"
+SECRET = b"whole-path-secret-0123456789abcd"
+CONFIG = "version: v1\ngpus: [{model: A100-80GB, count: 2, sharing: fractional}]\nfractional: {splitCount: 4}\n"
+
+
+def test_pod_to_allocate_env(k8s, namespace, tmp_path):
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    with running_plugin(k8s, NODE, CONFIG, SECRET, labels={"fgpu-e2e": "whole-path"}) as (core, kubelet, cfg):
+        wait_for(lambda: keys.INVENTORY in (core.read_node(NODE).metadata.annotations or {}), 30,
+                 "the plugin to publish the inventory")
+        slots = kubelet.wait_devices("nvidia.com/gpu", lambda d: len(d) == 8, timeout=20)
+        # What the node's kubelet does: reports Ready, with capacity counting ListAndWatch's devices; and what
+        # the node lifecycle controller then does: lifts the not-ready taint the node was created with.
+        capacity = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": str(len(slots))}
+        ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "stub kubelet"}
+        core.patch_node_status(NODE, {"status": {"capacity": capacity, "allocatable": capacity,
+                                                 "conditions": [ready]}})
+        core.patch_node(NODE, {"spec": {"taints": None}})
+        # The plugin logs in as the test's admin here (in a cluster: its own service account, which the chart
+        # trusts): only trusted users may write the hand-off annotations, so trust it as the chart would.
+        proc = start_operator(k8s, tmp_path, "--webhook-port", str(free_port()), "--webhook-host", "127.0.0.1",
+                              "--manage-webhook-config", "--trusted-user", "admin")
+        try:
+            with k8s.api() as api:
+                reg = client.AdmissionregistrationV1Api(api)
+                wait_for(lambda: reg.list_mutating_webhook_configuration().items, what="webhook configuration")
+            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "infer", "annotations": {
+                       keys.FGPU_FRACTION: "0.3", keys.FGPU_MEMORY: "6Gi"}},
+                   "spec": {"nodeSelector": {"fgpu-e2e": "whole-path"},
+                            "containers": [{"name": "main", "image": "busybox"}]}}
+
+            def create():
+                try:
+                    return core.create_namespaced_pod(namespace, pod)
+                except ApiException as e:  # the webhook may answer a moment after its configuration exists
+                    if e.status == 400 and "fgpu" in (e.body or ""):
+                        raise
+                    return None
+
+            created = wait_for(create, what="the pod admitted")
+            assert created.spec.scheduler_name == keys.SCHEDULER_NAME  # routed by the webhook
+            bound = wait_for(lambda: (p := core.read_namespaced_pod("infer", namespace)).spec.node_name and p,
+                             what="the pod bound",
+                             show=lambda: (core.read_namespaced_pod("infer", namespace).status.conditions,
+                                           core.read_namespaced_pod("infer", namespace).spec.scheduler_name))
+            assert bound.spec.node_name == NODE
+            (device,) = json.loads(bound.metadata.annotations[keys.ASSIGNMENT])["containers"][0]["devices"]
+            assert device["uuid"] in {g.uuid for g in cfg.gpu_devices(NODE)}
+
+            # The kubelet of NODE admits the pod: it asks the plugin for the countable resource the webhook set.
+            count = int(created.spec.containers[0].resources.limits["nvidia.com/gpu"])
+            response = kubelet.plugin("nvidia.com/gpu").Allocate(api_pb2.AllocateRequest(container_requests=[
+                api_pb2.ContainerAllocateRequest(devices_ids=[s.ID for s in slots[:count]])]), timeout=10)
+            env = dict(response.container_responses[0].envs)
+            assert env["NVIDIA_VISIBLE_DEVICES"] == device["uuid"]
+            assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "6144m"  # 6Gi, as asked
+            assert env["CUDA_DEVICE_SM_LIMIT"] == "30"  # the SM share defaults to the fraction
+            grant = verify_token(SECRET, env["FGPU_CONTEXT_TOKEN"])
+            assert (grant.pod_namespace, grant.pod_name, grant.container) == (namespace, "infer", "main")
+            recorded = wait_for(lambda: core.read_namespaced_pod("infer", namespace).metadata.annotations.get(
+                keys.ALLOCATED), what="the plugin's allocation record")
+            assert json.loads(recorded) == ["main"]
+        finally:
+            stop(proc)
