@@ -117,6 +117,19 @@ def test_unhealthy_gpu_is_avoided_and_comes_back():
     assert lc.schedule("a", share(300)).gpus == ("GPU-n-0",)
 
 
+def test_largest_gpu_follows_nodes_coming_changing_and_going():
+    lc = LiveCluster(policy="binpack")
+    assert lc.largest_gpu_mib() == 0
+    lc.upsert_node(node("l4", "L4"))  # memory from the catalog (the GPU lists none of its own)
+    assert lc.largest_gpu_mib() == 23034
+    lc.upsert_node(NodeSpec("big", 32000, 131072, 1, "H100", gpus=(GpuInfo("GPU-big", "H100", mem_mib=81920),)))
+    assert lc.largest_gpu_mib() == 81920
+    lc.set_gpu_health("big", "GPU-big", False)  # an unhealthy GPU is still the cluster's
+    assert lc.largest_gpu_mib() == 81920
+    lc.remove_node("big")
+    assert lc.largest_gpu_mib() == 23034
+
+
 def test_mig_instances_are_slots_packed_and_released():
     mig = tuple(MigSlot(f"MIG-{i}", "1g.10gb") for i in range(3))
     spec = NodeSpec("m", 32000, 131072, 1, "H100", gpus=(GpuInfo("GPU-m", "H100", mig=mig),), max_pods=110)
