@@ -1,7 +1,9 @@
 """The Kopf shell: watch events in, calls on the scheduler out, and nothing else.
 
 Pods and nodes are watched with `@kopf.on.event` only: create/update handlers would PATCH Kopf's progress
-annotations (and post Events) on every pod, one extra write per pod on the hot path. The scheduler's own
+annotations (and post Events) on every pod, one extra write per pod on the hot path. The handlers are
+coroutines: Kopf runs a plain function in its thread pool, and the model must change only on the loop the
+scheduler decides on. The scheduler's own
 writes (Binding, status, Events, the Lease) go through `fgpu_operator.kube`, on this same asyncio loop.
 
 Start-up order matters for crash safety: every node and every bound pod is listed and restored into the
@@ -170,22 +172,22 @@ async def stop(memo: kopf.Memo, **_) -> None:
 
 
 @kopf.on.event("", "v1", "nodes")
-def node_event(event: dict, memo: kopf.Memo, **_) -> None:
+async def node_event(event: dict, memo: kopf.Memo, **_) -> None:
     memo.scheduler.on_node(event.get("type") or "ADDED", event["object"])
 
 
 @kopf.on.event("", "v1", "pods")
-def pod_event(event: dict, memo: kopf.Memo, **_) -> None:
+async def pod_event(event: dict, memo: kopf.Memo, **_) -> None:
     memo.scheduler.on_pod(event.get("type") or "ADDED", event["object"])
 
 
 @kopf.on.event(keys.CRD_GROUP, keys.CRD_VERSION, keys.GPUNODE_PLURAL)
-def gpunode_event(event: dict, memo: kopf.Memo, **_) -> None:
+async def gpunode_event(event: dict, memo: kopf.Memo, **_) -> None:
     kind = event.get("type") or "ADDED"
     memo.scheduler.on_gpunode(kind, event["object"])
     memo.status.seen(event["object"]["metadata"]["name"], exists=kind != "DELETED")
 
 
 @kopf.on.event(keys.CRD_GROUP, keys.CRD_VERSION, keys.SCHEDULING_POLICY_PLURAL)
-def policy_event(event: dict, memo: kopf.Memo, **_) -> None:
+async def policy_event(event: dict, memo: kopf.Memo, **_) -> None:
     memo.policy.on_event(event.get("type") or "ADDED", event["object"])

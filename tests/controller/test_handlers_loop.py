@@ -10,11 +10,6 @@ import pytest
 from fgpu_operator.controller import handlers
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "operator/controller/handlers.py registers node_event, pod_event, gpunode_event and policy_event as plain "
-    "functions; Kopf runs those in its thread pool, concurrently with Scheduler.run on the loop, so "
-    "LiveCluster and the queue are mutated from two threads (a node update during a rebuild is lost). Fix: "
-    "make them `async def` (they only update memory)."))
 @pytest.mark.parametrize("name", ["node_event", "pod_event", "gpunode_event", "policy_event"])
 def test_watch_handlers_run_on_the_schedulers_loop(name):
     assert asyncio.iscoroutinefunction(getattr(handlers, name))

@@ -5,7 +5,6 @@ to a test's own nodes, and what the operator made of them (the hand-off annotati
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from dataclasses import dataclass, field
 
@@ -114,32 +113,21 @@ class Pods:
     names: list[str] = field(default_factory=list)
     changes: int = 0
 
-    def sync(self, node: str, annotations: dict | None = None, spec: dict | None = None, tries: int = 3) -> None:
+    def sync(self, node: str, annotations: dict | None = None, spec: dict | None = None) -> None:
         """Change a node (its inventory, cordon, taints) and wait until the operator's model has the change:
-        the same patch sets a fresh label, which a GPU-less witness pod, tolerating everything, requires.
-
-        Sent again if the witness is not bound in 10 s: the operator's watch handlers run in Kopf's thread
-        pool and can lose a node update that lands while the scheduler rebuilds its arrays
-        (tests/controller/test_handlers_loop.py); drop the retry when that is fixed."""
-        for _ in range(tries):
-            self.changes += 1
-            seen = f"{node}-{self.changes}"
-            body: dict = {"metadata": {"labels": {"fgpu-test/seen": seen}, "annotations": annotations or {}}}
-            if spec:
-                body["spec"] = spec
-            self.core.patch_node(node, body)
-            witness = pod(f"seen-{seen}", [node], scheduler=keys.SCHEDULER_NAME,
-                          tolerations=[{"operator": "Exists"}])
-            witness["spec"]["nodeSelector"] = {"fgpu-test/seen": seen}
-            name = witness["metadata"]["name"]
-            self.create(witness)
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                if self.read(name).spec.node_name == node:
-                    return
-                time.sleep(0.2)
-        pytest.fail(f"the operator never saw node {node} change ({tries} tries); the last witness: "
-                    f"{self.condition(name)}", pytrace=False)
+        the same patch sets a fresh label, which a GPU-less witness pod, tolerating everything, requires."""
+        self.changes += 1
+        seen = f"{node}-{self.changes}"
+        body: dict = {"metadata": {"labels": {"fgpu-test/seen": seen}, "annotations": annotations or {}}}
+        if spec:
+            body["spec"] = spec
+        self.core.patch_node(node, body)
+        witness = pod(f"seen-{seen}", [node], scheduler=keys.SCHEDULER_NAME, tolerations=[{"operator": "Exists"}])
+        witness["spec"]["nodeSelector"] = {"fgpu-test/seen": seen}
+        self.create(witness)
+        name = witness["metadata"]["name"]
+        wait_for(lambda: self.read(name).spec.node_name == node, what=f"the operator to see node {node} change",
+                 show=lambda: self.condition(name))
 
     def create(self, body: dict):
         self.names.append(body["metadata"]["name"])
