@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,6 +111,34 @@ class ApiSession:
                 return _outcome(status, data, attempt)
             await asyncio.sleep(max(retry_after, self._backoff(attempt)))
 
+    async def watch(self, path: str, params: dict[str, str] | None = None) -> AsyncIterator[dict[str, Any]]:
+        """The events of one watch stream (`watch=1` is added to `params`), decoded, until the server ends it.
+
+        One attempt, outside the QPS bucket and with no overall timeout (it holds an in-flight slot while it
+        lasts); the caller watches again from the last resourceVersion it saw. As the apiserver does, a
+        failure comes as one `{"type": "ERROR", "object": <Status>}` event (code 0 when no answer came)."""
+        if self._http is None:
+            raise RuntimeError("ApiSession is not open: use `async with ApiSession(...)`")
+        headers = {}
+        if self.creds.token_file is not None:
+            headers["Authorization"] = f"Bearer {self.creds.token_file.token()}"
+        no_timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
+        try:
+            async with self._slots, self._http.get(self.creds.server + path, params={**(params or {}), "watch": "1"},
+                                                   headers=headers, timeout=no_timeout) as resp:
+                if resp.status != 200:
+                    data = _loads(await resp.read())
+                    yield _error_event(resp.status, data.get("message", "") if isinstance(data, dict) else data)
+                    return
+                buf = b""
+                async for chunk in resp.content.iter_any():
+                    *lines, buf = (buf + chunk).split(b"\n")
+                    for line in lines:
+                        if line.strip():
+                            yield json.loads(line)
+        except (aiohttp.ClientError, TimeoutError) as e:
+            yield _error_event(0, f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
+
     async def _attempt(self, method, url, body, content_type, params, timeout_s) -> tuple[int, Any, float, bool]:
         """(status, decoded body or error text, Retry-After seconds, worth retrying); status 0 when no answer
         came. A server certificate we do not trust is final: retrying cannot change it."""
@@ -141,6 +170,10 @@ def _outcome(status: int, data: Any, attempts: int) -> Outcome:
     if not message and isinstance(data, str):
         message = data
     return Outcome(classify(status), status, message, attempts, body)
+
+
+def _error_event(code: int, message: str) -> dict[str, Any]:
+    return {"type": "ERROR", "object": {"kind": "Status", "status": "Failure", "code": code, "message": message}}
 
 
 def _dumps(obj: Any) -> str:

@@ -321,14 +321,26 @@ class ControlPlane:
         ])
         cm.wait_ready(lambda: http_ok(f"https://127.0.0.1:{port}/healthz"), 90, "/healthz answering ok")
 
-    def start_scheduler(self) -> None:
+    def start_scheduler(self, qps: float | None = None, burst: int | None = None) -> None:
+        """kube-scheduler; with `qps`/`burst`, its client's rate limit (through a KubeSchedulerConfiguration
+        file, the only way to set it), otherwise its defaults (QPS 50, burst 100)."""
         if self.running("kube-scheduler"):
             return
         port = free_port()
+        config = []
+        if qps is not None or burst is not None:
+            path = self.workdir / "kube-scheduler.config.yaml"
+            client = {"kubeconfig": str(self.kubeconfig), **({"qps": qps} if qps is not None else {}),
+                      **({"burst": burst} if burst is not None else {})}
+            path.write_text(yaml.safe_dump({
+                "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+                "clientConnection": client, "leaderElection": {"leaderElect": False}}, sort_keys=False))
+            config = [f"--config={path}"]  # it then ignores --kubeconfig and --leader-elect
         sched = self._launch("kube-scheduler", [
             self.bin("kube-scheduler"),
             f"--kubeconfig={self.kubeconfig}",
             "--leader-elect=false",
+            *config,
             "--bind-address=127.0.0.1",
             f"--secure-port={port}",
             "--profiling=false",
@@ -366,48 +378,90 @@ class ControlPlane:
         Returns the V1Node."""
         from kubernetes import client
 
+        self.make_kwok_nodes([name], capacity, labels=labels, timeout=timeout)
+        with self.api() as api:
+            return client.CoreV1Api(api).read_node(name)
+
+    def make_kwok_nodes(
+        self,
+        names: list[str],
+        capacity: dict[str, str | int],
+        labels: dict[str, str] | None = None,
+        annotations: Callable[[str], dict[str, str]] | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """`make_kwok_node` for many nodes at once (a benchmark's thousand): all are created, then waited for
+        together, so the cost is one create per node plus a few list calls. `annotations(name)` adds
+        annotations to a node (e.g. its GPU inventory). `timeout` defaults to 30 s + 50 ms per node."""
+        from kubernetes import client
+
         self.start_kwok()
         resources = {**BASE_NODE_CAPACITY, **{k: str(v) for k, v in capacity.items()}}
         key, value = KWOK_NODE_ANNOTATION
-        body = {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": name,
-                "annotations": {key: value, "node.alpha.kubernetes.io/ttl": "0"},
-                "labels": {
-                    "type": "kwok",
-                    "kubernetes.io/hostname": name,
-                    "kubernetes.io/os": "linux",
-                    "kubernetes.io/arch": "amd64",
-                    **(labels or {}),
-                },
-            },
-            "status": {"capacity": resources, "allocatable": dict(resources)},
-        }
+        timeout = 30 + 0.05 * len(names) if timeout is None else timeout
         with self.api() as api:
             core = client.CoreV1Api(api)
-            core.create_node(body)
+            for name in names:
+                core.create_node({
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {
+                        "name": name,
+                        "annotations": {key: value, "node.alpha.kubernetes.io/ttl": "0",
+                                        **(annotations(name) if annotations else {})},
+                        "labels": {
+                            "type": "kwok",
+                            "kubernetes.io/hostname": name,
+                            "kubernetes.io/os": "linux",
+                            "kubernetes.io/arch": "amd64",
+                            **(labels or {}),
+                        },
+                    },
+                    "status": {"capacity": resources, "allocatable": dict(resources)},
+                })
+            waiting, untainted = set(names), set()
             deadline = time.monotonic() + timeout
             while True:
-                node = core.read_node(name)
-                ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
-                taints = node.spec.taints or []
-                if ready and not any(t.key == NOT_READY_TAINT for t in taints):
-                    return node
-                if ready:
-                    # The TaintNodesByCondition admission plugin taints every new node not-ready; only the
-                    # controller-manager lifts it, and it may not be running. KWOK made the node Ready, so
-                    # lifting it here is what the controller-manager would do.
-                    keep = [t.to_dict() for t in taints if t.key != NOT_READY_TAINT]
-                    core.patch_node(name, {"spec": {"taints": keep or None}})
+                listed = json.loads(core.list_node(_preload_content=False).data)["items"]
+                nodes = {n["metadata"]["name"]: n for n in listed if n["metadata"]["name"] in waiting}
+                for name, node in nodes.items():
+                    conditions = (node.get("status") or {}).get("conditions") or []
+                    taints = (node.get("spec") or {}).get("taints") or []
+                    if not any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+                        continue
+                    if not any(t["key"] == NOT_READY_TAINT for t in taints):
+                        waiting.discard(name)
+                    elif name not in untainted:
+                        # The TaintNodesByCondition admission plugin taints every new node not-ready; only the
+                        # controller-manager lifts it, and it may not be running. KWOK made the node Ready, so
+                        # lifting it here is what the controller-manager would do.
+                        keep = [t for t in taints if t["key"] != NOT_READY_TAINT]
+                        core.patch_node(name, {"spec": {"taints": keep or None}})
+                        untainted.add(name)
+                if not waiting:
+                    return
                 if time.monotonic() > deadline:
+                    name = sorted(waiting)[0]
+                    node = nodes.get(name) or {}
                     raise ComponentError(
-                        f"KWOK node {name} not Ready and untainted after {timeout:.0f} s: "
-                        f"conditions={json.dumps([c.to_dict() for c in node.status.conditions or []], default=str)}"
-                        f" taints={[t.key for t in taints]}\n{self._by_name['kwok'].tail()}"
+                        f"{len(waiting)} of {len(names)} KWOK nodes not Ready and untainted after {timeout:.0f} s,"
+                        f" e.g. {name}: conditions={json.dumps((node.get('status') or {}).get('conditions'))}"
+                        f" taints={[t['key'] for t in (node.get('spec') or {}).get('taints') or []]}\n"
+                        f"{self._by_name['kwok'].tail()}"
                     )
-                time.sleep(0.2)
+                time.sleep(0.2 if len(names) < 20 else 1.0)
+
+    def pid(self, name: str) -> int | None:
+        """The process id of a running component (to read its memory or CPU time), or None."""
+        comp = self._by_name.get(name)
+        return comp.proc.pid if comp is not None and comp.alive() and comp.proc is not None else None
+
+    def stop_component(self, name: str) -> None:
+        """Stop one optional component (e.g. kube-scheduler, to start it again with other settings)."""
+        comp = self._by_name.pop(name, None)
+        if comp is not None:
+            comp.stop()
+            self.components.remove(comp)
 
     def stop(self) -> None:
         """Stop everything, newest first: KWOK/scheduler/controller-manager, then the apiserver, then etcd."""

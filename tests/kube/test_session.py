@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from fakeapi import credentials, status_body
@@ -92,3 +93,44 @@ async def test_session_must_be_open():
     api = ApiSession(credentials("http://127.0.0.1:1"))
     with pytest.raises(RuntimeError, match="not open"):
         await api.request("GET", "/version")
+
+
+async def test_watch_yields_events_split_across_chunks():
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    events = [{"type": "ADDED", "object": {"metadata": {"name": f"p{i}", "resourceVersion": str(i)}}}
+              for i in range(3)]
+    seen = {}
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        seen.update(request.query, auth=request.headers["Authorization"])
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        raw = b"".join(json.dumps(e).encode() + b"\n" for e in events)
+        for i in range(0, len(raw), 7):  # lines cut mid-way, as TCP may deliver them
+            await resp.write(raw[i:i + 7])
+        return resp
+
+    app = web.Application()
+    app.router.add_get("/api/v1/pods", stream)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        async with ApiSession(credentials(str(server.make_url("")).rstrip("/"))) as api:
+            got = [e async for e in api.watch("/api/v1/pods", {"resourceVersion": "7"})]
+    finally:
+        await server.close()
+    assert got == events
+    assert seen == {"watch": "1", "resourceVersion": "7", "auth": "Bearer secret-token"}
+
+
+async def test_watch_failure_is_one_error_event(fake_api, api, unused_tcp_port):
+    fake_api.script("GET", "/api/v1/pods", (403, status_body(403, "forbidden: pods")))
+    got = [e async for e in api.watch("/api/v1/pods")]
+    assert got == [{"type": "ERROR", "object": {"kind": "Status", "status": "Failure", "code": 403,
+                                                "message": "forbidden: pods"}}]
+    async with ApiSession(credentials(f"http://127.0.0.1:{unused_tcp_port}")) as down:
+        (event,) = [e async for e in down.watch("/api/v1/pods")]
+    assert (event["type"], event["object"]["code"]) == ("ERROR", 0)
+    assert "Connect" in event["object"]["message"]

@@ -1,0 +1,617 @@
+"""fgpu's scheduler (the `fgpu operator` process) against the real kube-scheduler on one control plane of KWOK
+nodes: pods bound per second, create->bound latency (p50/p99), and the scheduler's memory and CPU.
+
+Starts etcd + kube-apiserver + KWOK from $FGPU_TESTBIN (tests/e2e/kubeplane.py); the operator runs as in the
+e2e tests (tests/e2e/operator_proc.py). In order:
+
+1. Small case (skip with --no-small, run alone with --small): 1,000 fractional pods on 100 nodes through fgpu,
+   at the operator's own client limits (QPS 500 / burst 1000), created as fast as the creator can: the time
+   from the first create to the last bind.
+2. The rest of --nodes is added. For each --settings entry, fgpu and then kube-scheduler, each with that
+   client QPS/burst, each for every --modes entry, --pods pods a run:
+   - fgpu: fractional pods (shares cycling through SHARES milli-GPU; `fgpu.io/request`, schedulerName
+     fgpu-scheduler, `nvidia.com/gpu: 1` as the webhook writes it), --policy (the operator's default: fgpu);
+   - kube-scheduler: whole-GPU pods (`nvidia.com/gpu: 1`), the default scheduler.
+   Both kinds of pod ask for 100m CPU. `default` is kube-scheduler's default, QPS 50 / burst 100; fgpu gets the
+   same (`--qps 50 --burst 100`; its own default is 500/1000), so each setting compares equal client limits.
+   Modes: `fast`, pods created as fast as the creator can (64 creates in flight); `rate`, pods offered at
+   --rate pods/s.
+
+Nodes: one set of --nodes KWOK nodes, each with --gpus-per-node GPUs, shared by both schedulers, which run one
+at a time (the other is stopped): a scheduler process is started for its setting, runs its modes, and is
+stopped; between runs every pod is deleted (grace 0) and a new namespace is used. Every node carries the fgpu
+GPU inventory annotation (fractional GPUs, splitCount 10). Before fgpu's runs the nodes advertise
+`nvidia.com/gpu: 10 x GPUs` (a fractional node's device slots, which the operator counts), before
+kube-scheduler's `nvidia.com/gpu: GPUs` (whole GPUs): node status is patched between the two.
+
+Measured on the client's clock (time.perf_counter): create->bound = first watch event showing spec.nodeName
+minus the moment the create request was sent; pods/s = pods bound / (last bound - first create sent). A run
+whose bound rate is within 10% of its creation rate is marked creation-bound: that is the creator's rate, not
+the scheduler's. RSS: VmHWM (peak) and VmRSS from /proc/<pid>/status when a run ends (a process serves all
+modes of its setting, so the peak covers the earlier modes too). CPU: per process, share of one core from the
+first create until the run ends (all bound, or giving up after --stall). Everything shares this machine's
+CPUs (and, on a shared machine, other people's work): numbers are noisy.
+
+    FGPU_TESTBIN=$(hack/testbin.sh | tail -n1) .venv/bin/python bench/scheduler.py [--quick]
+        [--nodes 1000] [--gpus-per-node 8] [--pods 5000] [--settings default,500/1000] [--modes fast,rate]
+        [--rate 100] [--small | --no-small] [--plot out/scheduler.png] [--out-json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "e2e")]
+
+from fgpu_operator.controller.command import _positive as positive  # noqa: E402  (the operator's own)
+from fgpu_operator.kube import ApiSession, Limits, load_kubeconfig  # noqa: E402
+from fgpu_operator.placement.policies import LIVE_POLICIES  # noqa: E402
+
+GPU = "nvidia.com/gpu"
+SLOTS_PER_GPU = 10  # a fractional GPU's splitCount (tests/inventories.py)
+SHARES = (100, 250, 300, 500, 700)  # milli-GPU of fgpu's pods, in turn
+CREATE_IN_FLIGHT = 64
+PROGRESS_S = 5.0
+FULL = {"nodes": 1000, "pods": 5000, "small_nodes": 100, "small_pods": 1000, "stall": 90.0}
+QUICK = {"nodes": 50, "pods": 300, "small_nodes": 10, "small_pods": 100, "stall": 30.0}
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ---- options --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Setting:
+    """A client QPS/burst for both schedulers; None: kube-scheduler's default (50/100)."""
+
+    qps: float | None
+    burst: int | None
+
+    @property
+    def label(self) -> str:
+        return "default (50/100)" if self.qps is None else f"{self.qps:g}/{self.burst}"
+
+    def fgpu_args(self) -> list[str]:
+        return ["--qps", f"{self.qps or 50:g}", "--burst", str(self.burst or 100)]
+
+
+def parse_settings(text: str) -> list[Setting]:
+    out = []
+    for item in text.split(","):
+        item = item.strip()
+        if item == "default":
+            out.append(Setting(None, None))
+            continue
+        try:
+            qps, burst = item.split("/")
+            setting = Setting(float(qps), int(burst))
+        except ValueError:
+            setting = None
+        if setting is None or not (0 < setting.qps < float("inf") and setting.burst >= 1):
+            raise argparse.ArgumentTypeError(
+                f"{item!r} is not a setting; allowed: comma-separated 'default' or QPS/BURST like 500/1000")
+        out.append(setting)
+    return out
+
+
+def parse_modes(text: str) -> list[str]:
+    modes = [m.strip() for m in text.split(",")]
+    bad = [m for m in modes if m not in ("fast", "rate")]
+    if bad or not modes:
+        raise argparse.ArgumentTypeError(f"{bad[0] if bad else text!r} is not a mode; allowed: fast, rate")
+    return list(dict.fromkeys(modes))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true",
+                    help=f"sanity size: {QUICK['nodes']} nodes / {QUICK['pods']} pods, small case "
+                         f"{QUICK['small_pods']} pods on {QUICK['small_nodes']} nodes")
+    ap.add_argument("--nodes", type=positive(int), help=f"KWOK nodes (default {FULL['nodes']})")
+    ap.add_argument("--gpus-per-node", type=positive(int), default=8)
+    ap.add_argument("--pods", type=positive(int), help=f"pods per run (default {FULL['pods']})")
+    ap.add_argument("--settings", type=parse_settings, default=parse_settings("default,500/1000"),
+                    help="comma-separated client QPS/burst for both schedulers, or 'default' (50/100)")
+    ap.add_argument("--modes", type=parse_modes, default=["fast", "rate"],
+                    help="comma-separated: fast (as fast as the creator can), rate (offered at --rate)")
+    ap.add_argument("--rate", type=positive(float), default=100.0, help="offered pods/s of the rate mode")
+    ap.add_argument("--policy", choices=LIVE_POLICIES, default="fgpu", help="the operator's --policy")
+    small = ap.add_mutually_exclusive_group()
+    small.add_argument("--small", action="store_true", help="run only the small case (1,000 pods on 100 nodes)")
+    small.add_argument("--no-small", action="store_true", help="skip the small case")
+    ap.add_argument("--stall", type=positive(float),
+                    help="give up on a run when nothing was bound for this long, seconds (default 90; quick 30)")
+    ap.add_argument("--plot", type=Path, default=REPO / "out" / "scheduler.png", help="PNG of bound pods over time")
+    ap.add_argument("--out-json", type=Path, help="write the results as JSON here")
+    args = ap.parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    args.nodes = args.nodes or sizes["nodes"]
+    args.pods = args.pods or sizes["pods"]
+    args.stall = args.stall or sizes["stall"]
+    args.small_nodes, args.small_pods = min(sizes["small_nodes"], args.nodes), sizes["small_pods"]
+    if args.small:
+        args.nodes = args.small_nodes
+    if args.pods > args.nodes * args.gpus_per_node:
+        ap.error(f"argument --pods: {args.pods} whole-GPU pods do not fit {args.nodes} nodes x "
+                 f"{args.gpus_per_node} GPUs; allowed: at most {args.nodes * args.gpus_per_node}")
+    return args
+
+
+# ---- pods -----------------------------------------------------------------------------------------------------
+def fgpu_pod(i: int) -> dict:
+    from operator_proc import share_pod
+
+    return share_pod(f"p{i}", SHARES[i % len(SHARES)])
+
+
+def kube_pod(i: int) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p{i}"},
+            "spec": {"containers": [{"name": "main", "image": "busybox",
+                                     "resources": {"limits": {GPU: "1"}, "requests": {"cpu": "100m"}}}]}}
+
+
+@dataclass
+class Trace:
+    """One run's client-side timestamps (perf_counter) per pod."""
+
+    sent: list[float]
+    acked: list[float]
+    bound: list[float | None]
+    count: int = 0  # pods bound so far
+    created: int = 0
+    finished: float = 0.0  # when the run stopped waiting (all bound, or stalled)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+async def create_pods(api: ApiSession, namespace: str, bodies: list[dict], rate: float | None, trace: Trace) -> None:
+    """POST every body, CREATE_IN_FLIGHT at a time; with `rate`, pod i is sent no earlier than start + i/rate."""
+    slots = asyncio.Semaphore(CREATE_IN_FLIGHT)
+    tasks = []
+
+    async def one(i: int) -> None:
+        try:
+            trace.sent[i] = time.perf_counter()
+            out = await api.request("POST", f"/api/v1/namespaces/{namespace}/pods", body=bodies[i])
+            if not out.ok:
+                raise RuntimeError(f"creating pod {bodies[i]['metadata']['name']} failed: {out}")
+            trace.acked[i] = time.perf_counter()
+            trace.created += 1
+        finally:
+            slots.release()
+
+    start = time.perf_counter()
+    for i in range(len(bodies)):
+        if rate:
+            delay = start + i / rate - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        await slots.acquire()
+        tasks.append(asyncio.create_task(one(i)))
+    await asyncio.gather(*tasks)
+
+
+async def watch_bound(api: ApiSession, namespace: str, rv: str, index: dict[str, int], trace: Trace) -> None:
+    """Stamp each pod the first time the watch shows it with spec.nodeName."""
+    path = f"/api/v1/namespaces/{namespace}/pods"
+    while True:
+        params = {"resourceVersion": rv, "allowWatchBookmarks": "true", "timeoutSeconds": "3600"}
+        async for event in api.watch(path, params):
+            now = time.perf_counter()
+            obj = event.get("object") or {}
+            if event.get("type") == "ERROR":
+                log(f"  watch: {obj.get('code')} {obj.get('message')}; watching again")
+                if obj.get("code") == 410:  # too old: list, and take what is bound as bound now
+                    listed = await api.request("GET", path)
+                    rv = listed.body.get("metadata", {}).get("resourceVersion", rv)
+                    for pod in listed.body.get("items", []):
+                        _saw(pod, now, index, trace)
+                await asyncio.sleep(0.5)
+                break
+            rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
+            if event.get("type") in ("ADDED", "MODIFIED"):
+                _saw(obj, now, index, trace)
+
+
+def _saw(pod: dict, now: float, index: dict[str, int], trace: Trace) -> None:
+    i = index.get(pod["metadata"]["name"])
+    if i is not None and trace.bound[i] is None and (pod.get("spec") or {}).get("nodeName"):
+        trace.bound[i] = now
+        trace.count += 1
+        if trace.count == len(trace.bound):
+            trace.done.set()
+
+
+async def progress(label: str, trace: Trace, start: float) -> None:
+    while True:
+        await asyncio.sleep(PROGRESS_S)
+        log(f"  [{label}] {time.perf_counter() - start:5.0f} s: created {trace.created}/{len(trace.sent)}, "
+            f"bound {trace.count}")
+
+
+async def run_pods(creds, namespace: str, bodies: list[dict], rate: float | None, stall: float, label: str) -> Trace:
+    """Create `bodies` in `namespace` (fast, or at `rate`) while watching them get bound; returns when all are
+    bound or nothing was bound for `stall` seconds after the last create."""
+    n = len(bodies)
+    trace = Trace([0.0] * n, [0.0] * n, [None] * n)
+    index = {b["metadata"]["name"]: i for i, b in enumerate(bodies)}
+    async with ApiSession(creds, Limits(qps=0, max_in_flight=CREATE_IN_FLIGHT), user_agent="fgpu-bench") as api, \
+            ApiSession(creds, Limits(qps=0, max_in_flight=1), user_agent="fgpu-bench-watch") as watcher:
+        listed = await api.request("GET", f"/api/v1/namespaces/{namespace}/pods", params={"limit": "1"})
+        if not listed.ok:
+            raise RuntimeError(f"listing pods in {namespace}: {listed}")
+        start = time.perf_counter()
+        helpers = [asyncio.create_task(watch_bound(watcher, namespace, listed.body["metadata"]["resourceVersion"],
+                                                   index, trace)),
+                   asyncio.create_task(progress(label, trace, start))]
+        try:
+            await create_pods(api, namespace, bodies, rate, trace)
+            last, last_count = time.perf_counter(), trace.count
+            while not trace.done.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(trace.done.wait(), 1.0)
+                if trace.count != last_count:
+                    last, last_count = time.perf_counter(), trace.count
+                elif time.perf_counter() - last > stall:
+                    log(f"  [{label}] nothing bound for {stall:.0f} s: giving up with {n - trace.count} unbound")
+                    break
+        finally:
+            trace.finished = time.perf_counter()
+            for task in helpers:
+                task.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+    return trace
+
+
+async def delete_pods(creds, namespace: str, names: list[str], timeout: float = 180) -> None:
+    """Delete (grace 0) and wait until the namespace has no pods left."""
+    path = f"/api/v1/namespaces/{namespace}/pods"
+    async with ApiSession(creds, Limits(qps=0, max_in_flight=32), user_agent="fgpu-bench") as api:
+        await asyncio.gather(*(api.request("DELETE", f"{path}/{name}", params={"gracePeriodSeconds": "0"})
+                               for name in names))
+        deadline = time.monotonic() + timeout
+        while (await api.request("GET", path, params={"limit": "1"})).body.get("items"):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"pods of {namespace} still there {timeout:.0f} s after deleting them")
+            await asyncio.sleep(0.5)
+
+
+async def set_gpu_slots(creds, nodes: list[str], slots: int) -> None:
+    """Every node's nvidia.com/gpu capacity and allocatable := slots (node status, merge patch)."""
+    body = {"status": {"capacity": {GPU: str(slots)}, "allocatable": {GPU: str(slots)}}}
+    async with ApiSession(creds, Limits(qps=0, max_in_flight=32), user_agent="fgpu-bench") as api:
+        outs = await asyncio.gather(*(api.request("PATCH", f"/api/v1/nodes/{n}/status", body=body,
+                                                  content_type="application/merge-patch+json") for n in nodes))
+    bad = [o for o in outs if not o.ok]
+    if bad:
+        raise RuntimeError(f"patching {len(bad)} nodes' {GPU} to {slots} failed, e.g. {bad[0]}")
+
+
+# ---- processes ------------------------------------------------------------------------------------------------
+def proc_memory(pid: int | None) -> tuple[float, float]:
+    """(VmHWM, VmRSS) in MB, or (nan, nan) when the process is gone."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except (OSError, TypeError):
+        return float("nan"), float("nan")
+    kb = {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in lines) if k in ("VmHWM", "VmRSS")}
+    return kb.get("VmHWM", 0) / 1024, kb.get("VmRSS", 0) / 1024
+
+
+def proc_cpu(pid: int | None) -> float:
+    """User + system CPU seconds of a process so far (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, TypeError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+class Bench:
+    """The control plane, the nodes, and one scheduler process at a time."""
+
+    def __init__(self, plane, workdir: Path, args: argparse.Namespace):
+        self.plane, self.workdir, self.args = plane, workdir, args
+        self.nodes: list[str] = []
+        self.slots = 0  # the nvidia.com/gpu the nodes advertise now
+        self.operator = None
+        self.runs: list[dict] = []
+        self.serial = 0
+
+    @functools.cached_property
+    def creds(self):
+        return load_kubeconfig(self.plane.kubeconfig)  # written by plane.start()
+
+    def add_nodes(self, count: int) -> None:
+        from inventories import fractional_inventory
+
+        from fgpu_contracts import keys
+
+        new = [f"bench-node-{i:04d}" for i in range(len(self.nodes), count)]
+        if not new:
+            return
+        self.set_slots(SLOTS_PER_GPU * self.args.gpus_per_node)
+        start = time.perf_counter()
+        gpus = self.args.gpus_per_node
+        self.plane.make_kwok_nodes(new, {GPU: self.slots},
+                                   annotations=lambda name: {keys.INVENTORY: fractional_inventory(name, gpus)})
+        self.nodes += new
+        log(f"{len(new)} KWOK nodes Ready in {time.perf_counter() - start:.1f} s ({len(self.nodes)} in all)")
+
+    def set_slots(self, slots: int) -> None:
+        if slots != self.slots and self.nodes:
+            asyncio.run(set_gpu_slots(self.creds, self.nodes, slots))
+            log(f"nodes now advertise {GPU}: {slots}")
+        self.slots = slots
+
+    # -- schedulers
+    def start(self, scheduler: str, setting: Setting | None) -> int:
+        """Start one scheduler (fgpu: the operator; setting None: its own defaults); its pid."""
+        if scheduler == "fgpu":
+            from operator_proc import start_operator
+
+            self.set_slots(SLOTS_PER_GPU * self.args.gpus_per_node)
+            extra = setting.fgpu_args() if setting else []
+            self.operator = start_operator(self.plane, self.workdir, *extra, policy=self.args.policy,
+                                           log_name=f"operator-{self.serial}.log")
+            pid = self.operator.pid
+        else:
+            self.set_slots(self.args.gpus_per_node)
+            self.plane.start_scheduler(setting.qps, setting.burst)
+            pid = self.plane.pid("kube-scheduler")
+        time.sleep(0.5)  # its watches are open
+        return pid
+
+    def stop(self) -> None:
+        from operator_proc import stop
+
+        if self.operator is not None:
+            stop(self.operator)
+            self.operator = None
+        self.plane.stop_component("kube-scheduler")
+
+    # -- one run
+    def run(self, scheduler: str, pid: int, setting_label: str, mode: str, pods: int) -> dict:
+        self.serial += 1
+        namespace = self.plane.create_namespace(f"bench-{self.serial}-{scheduler}-{mode}")
+        bodies = [(fgpu_pod if scheduler == "fgpu" else kube_pod)(i) for i in range(pods)]
+        label = f"{scheduler} {setting_label} {mode}"
+        others = {name: self.plane.pid(name) for name in ("kube-apiserver", "etcd", "kwok")}
+        pids = {"scheduler": pid, **others, "bench": os.getpid()}
+        cpu0 = {k: proc_cpu(p) for k, p in pids.items()}
+        log(f"run {self.serial}: {label}, {pods} pods on {len(self.nodes)} nodes")
+        rate = self.args.rate if mode == "rate" else None
+        trace = asyncio.run(run_pods(self.creds, namespace, bodies, rate, self.args.stall, label))
+        cpu = {k: proc_cpu(p) - cpu0[k] for k, p in pids.items()}
+        hwm, rss = proc_memory(pid)
+        row = summarize(trace, cpu)
+        row.update(scheduler=scheduler, setting=setting_label, mode=mode, nodes=len(self.nodes), pods=pods,
+                   rate_offered=rate, rss_peak_mb=hwm, rss_mb=rss, namespace=namespace)
+        self.runs.append(row)
+        log(f"  -> {row['bound']}/{pods} bound, {row['pods_per_s']:.1f} pods/s, p50 {row['p50']:.2f} s, "
+            f"p99 {row['p99']:.2f} s, created {row['created_per_s']:.0f}/s, RSS {hwm:.0f} MB peak")
+        start = time.perf_counter()
+        asyncio.run(delete_pods(self.creds, namespace, [b["metadata"]["name"] for b in bodies]))
+        log(f"  pods deleted in {time.perf_counter() - start:.1f} s")
+        time.sleep(1.0)  # the scheduler takes in the deletions
+        return row
+
+
+def summarize(trace: Trace, cpu: dict[str, float]) -> dict:
+    first = min(trace.sent)
+    bound = [(b, s) for b, s in zip(trace.bound, trace.sent, strict=True) if b is not None]
+    lat = sorted(b - s for b, s in bound)
+    last = max((b for b, _ in bound), default=first)
+    span = last - first
+    created_span = max(trace.acked) - first
+    wall = trace.finished - first  # CPU is measured over the whole run, stall wait included
+    timeline = sorted(round(b - first, 3) for b, _ in bound)
+    return {
+        "bound": len(bound), "seconds": span, "wall": wall, "pods_per_s": len(bound) / span if span > 0 else 0.0,
+        "created_per_s": len(trace.sent) / created_span if created_span > 0 else 0.0,
+        "p50": statistics.median(lat) if lat else float("nan"),
+        "p99": lat[int(0.99 * (len(lat) - 1))] if lat else float("nan"),
+        "cpu": {k: v / wall if wall > 0 else 0.0 for k, v in cpu.items()},
+        "bound_at": timeline,
+    }
+
+
+# ---- report ---------------------------------------------------------------------------------------------------
+def timing(row: dict) -> str:
+    bound_by_creation = row["pods_per_s"] >= 0.9 * row["created_per_s"]
+    if row["mode"] == "rate":
+        what = f"offered {row['rate_offered']:g}/s, created {row['created_per_s']:.0f}/s"
+    else:
+        what = f"fast, created {row['created_per_s']:.0f}/s"
+    if row["bound"] < row["pods"]:
+        what += f", {row['pods'] - row['bound']} NOT BOUND"
+    return f"{what}{', creation-bound' if bound_by_creation else ''}"
+
+
+def secs(value: float) -> str:
+    return "—" if value != value else f"{value:.2f} s"
+
+
+def results_table(rows: list[dict]) -> str:
+    out = ["| nodes | pods | scheduler | QPS/burst | timing | pods/s | p50 | p99 | sched CPU | sched RSS peak (now) |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['nodes']} | {r['pods']} | {r['scheduler']} | {r['setting']} | {timing(r)} | "
+                   f"**{r['pods_per_s']:.1f}** | {secs(r['p50'])} | {secs(r['p99'])} | {r['cpu']['scheduler']:.0%} | "
+                   f"{r['rss_peak_mb']:.0f} MB ({r['rss_mb']:.0f} MB) |")
+    return "\n".join(out)
+
+
+def cpu_table(rows: list[dict]) -> str:
+    out = ["| run | wall | scheduler | kube-apiserver | etcd | kwok | bench client | sum |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        c = r["cpu"]
+        parts = [c["scheduler"], c["kube-apiserver"], c["etcd"], c["kwok"], c["bench"]]
+        out.append(f"| {r['scheduler']} {r['setting']} {r['mode']} | {r['wall']:.1f} s | "
+                   + " | ".join(f"{p:.0%}" for p in parts) + f" | {sum(parts):.0%} |")
+    return "\n".join(out)
+
+
+def targets(rows: list[dict], args: argparse.Namespace) -> list[tuple[str, str, str]]:
+    """(target, measured, met) rows."""
+    out = []
+    big = [r for r in rows if r.get("case") != "small"]
+    for setting in dict.fromkeys(r["setting"] for r in big):
+        for mode in args.modes:
+            pair = {r["scheduler"]: r for r in big if r["setting"] == setting and r["mode"] == mode}
+            if len(pair) < 2:
+                continue
+            f, k = pair["fgpu"], pair["kube-scheduler"]
+            ratio = f["pods_per_s"] / k["pods_per_s"] if k["pods_per_s"] else float("nan")
+            target = mode == "fast"
+            note = "" if target else " (informational: both offered the same rate)"
+            out.append((f"fgpu ≥ 1.0× kube-scheduler pods/s, {setting}, {mode}{note}",
+                        f"{f['pods_per_s']:.1f} vs {k['pods_per_s']:.1f} = {ratio:.2f}×",
+                        ("yes" if ratio >= 1.0 else "NO") if target else "—"))
+    for r in big:
+        if r["scheduler"] == "fgpu" and r["mode"] == "rate":
+            qps = 50.0 if r["setting"].startswith("default") else float(r["setting"].split("/")[0])
+            if qps < r["rate_offered"]:
+                out.append((f"fgpu p99 ≤ 1 s at {r['rate_offered']:g} pods/s offered, {r['setting']}",
+                            f"{secs(r['p99'])}", f"— (QPS {qps:g} < {r['rate_offered']:g} offered: a backlog by design)"))
+            else:
+                out.append((f"fgpu p99 ≤ 1 s at {r['rate_offered']:g} pods/s offered, {r['setting']}",
+                            f"{secs(r['p99'])} (created {r['created_per_s']:.0f}/s)",
+                            "yes" if r["p99"] <= 1.0 else "NO"))
+    fgpu = [r for r in rows if r["scheduler"] == "fgpu"]
+    if fgpu:
+        peak = max(r["rss_peak_mb"] for r in fgpu)
+        out.append(("operator RSS ≤ 300 MB (peak over all runs)", f"{peak:.0f} MB", "yes" if peak <= 300 else "NO"))
+    for r in rows:
+        if r.get("case") == "small":
+            ok = r["bound"] == r["pods"] and r["seconds"] < 30
+            out.append((f"{r['pods']} pods on {r['nodes']} nodes bound < 30 s",
+                        f"{r['bound']} bound in {r['seconds']:.1f} s ({timing(r)})", "yes" if ok else "NO"))
+    return out
+
+
+def targets_table(rows: list[tuple[str, str, str]]) -> str:
+    return "\n".join(["| target | measured | met |", "|---|---|---|"] + [f"| {a} | {b} | {c} |" for a, b, c in rows])
+
+
+def plot(rows: list[dict], path: Path) -> str:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed: no plot"
+    groups = [("small case", [r for r in rows if r.get("case") == "small"])]
+    groups += [(f"mode: {m}", [r for r in rows if r.get("case") != "small" and r["mode"] == m])
+               for m in dict.fromkeys(r["mode"] for r in rows if r.get("case") != "small")]
+    groups = [g for g in groups if g[1]]
+    fig, axes = plt.subplots(1, len(groups), figsize=(6.5 * len(groups), 4.8), squeeze=False)
+    for ax, (title, group) in zip(axes[0], groups, strict=True):
+        for r in group:
+            xs = [0.0, *r["bound_at"]]
+            ax.step(xs, range(len(xs)), where="post", label=f"{r['scheduler']} {r['setting']} ({r['pods_per_s']:.0f}/s)",
+                    linestyle="-" if r["scheduler"] == "fgpu" else "--")
+        ax.set_title(f"{title}: {group[0]['pods']} pods, {group[0]['nodes']} nodes")
+        ax.set_xlabel("seconds since the first create")
+        ax.set_ylabel("pods bound")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    return f"plot: {path}"
+
+
+def machine() -> dict:
+    rev = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "operator"], capture_output=True,
+                           text=True)
+    return {"cpus": os.cpu_count(), "loadavg": os.getloadavg(), "git": rev.stdout.strip(),
+            "operator_changes": dirty.stdout.split("\n")[:-1]}
+
+
+# ---- main -----------------------------------------------------------------------------------------------------
+def main() -> int:
+    args = parse_args()
+    from kubeplane import ControlPlane, find_testbin
+
+    began = time.perf_counter()
+    info = machine()
+    log(f"{info['cpus']} CPUs, load average {' '.join(f'{x:.2f}' for x in info['loadavg'])}, git {info['git']}")
+    workdir = Path(tempfile.mkdtemp(prefix="fgpu-bench-sched-"))
+    plane = ControlPlane(find_testbin(os.environ.get("FGPU_TESTBIN")), workdir / "plane", workdir / "etcd")
+    bench = Bench(plane, workdir, args)
+    ok = False
+    try:
+        plane.start()
+        plane.start_kwok()
+        if not args.no_small:
+            bench.add_nodes(args.small_nodes)
+            pid = bench.start("fgpu", None)
+            row = bench.run("fgpu", pid, "own default (500/1000)", "fast", args.small_pods)
+            row["case"] = "small"
+            bench.stop()
+        if not args.small:
+            bench.add_nodes(args.nodes)
+            for setting in args.settings:
+                for scheduler in ("fgpu", "kube-scheduler"):
+                    pid = bench.start(scheduler, setting)
+                    for mode in args.modes:
+                        bench.run(scheduler, pid, setting.label, mode, args.pods)
+                    bench.stop()
+        ok = True
+    except KeyboardInterrupt:
+        log("interrupted: stopping everything")
+    except Exception:  # still stop everything and print what was measured
+        traceback.print_exc()
+    finally:
+        bench.stop()
+        plane.stop()
+        shutil.rmtree(workdir / "etcd", ignore_errors=True)
+        if ok:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            log(f"logs kept in {workdir / 'plane'} and {workdir}/operator-*.log")
+    wall = time.perf_counter() - began
+    rows = bench.runs
+    if not rows:
+        return 1
+    checks = targets(rows, args)
+    print(f"\n{info['cpus']} CPUs shared with everything (and other users); load average at start "
+          f"{info['loadavg'][0]:.2f}, at end {os.getloadavg()[0]:.2f}; {args.gpus_per_node} GPUs per node; "
+          f"fgpu policy {args.policy}; wall time {wall:.0f} s\n")
+    print(results_table(rows))
+    print("\nCPU during each run (share of one core; the machine has "
+          f"{info['cpus']}):\n")
+    print(cpu_table(rows))
+    print("\n" + targets_table(checks) + "\n")
+    print(plot(rows, args.plot), flush=True)
+    if args.out_json:
+        args.out_json.parent.mkdir(parents=True, exist_ok=True)
+        args.out_json.write_text(json.dumps({
+            "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "settings"}
+            | {"settings": [s.label for s in args.settings]},
+            "machine": info, "wall_s": wall, "runs": rows,
+            "targets": [{"target": a, "measured": b, "met": c} for a, b, c in checks]}, indent=1))
+    return 0 if ok else 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
