@@ -35,6 +35,8 @@ def register(subparsers) -> None:
     p.add_argument("--lease-namespace", default="kube-system")
     p.add_argument("--identity", help="this replica's name in the Lease (default: hostname + random)")
     p.add_argument("--liveness", default="", help="serve Kopf's liveness probe, e.g. http://0.0.0.0:8080/healthz")
+    p.add_argument("--metrics-port", type=int, default=0,
+                   help="serve Prometheus metrics on http://0.0.0.0:PORT/metrics (0: off; see docs/metrics.md)")
     p.add_argument("--webhook-port", type=int, default=0, help="serve the admission webhook on this port (0: off)")
     p.add_argument("--webhook-addr", default="0.0.0.0", help="address the webhook listens on")
     p.add_argument("--webhook-host", default="", help="host name the apiserver uses to reach the webhook")
@@ -63,8 +65,9 @@ def run(args: argparse.Namespace) -> int:
         lease_namespace=args.lease_namespace, identity=args.identity, webhook_port=args.webhook_port,
         webhook_addr=args.webhook_addr, webhook_host=args.webhook_host, webhook_cert_dir=args.webhook_cert_dir,
         manage_webhook_config=args.manage_webhook_config)
-    if not 0 <= args.webhook_port <= 65535:
-        raise InputError(f"{args.webhook_port} is not a TCP port", field="--webhook-port", allowed=["0..65535"])
+    for flag, port in (("--webhook-port", args.webhook_port), ("--metrics-port", args.metrics_port)):
+        if not 0 <= port <= 65535:
+            raise InputError(f"{port} is not a TCP port", field=flag, allowed=["0..65535"])
     if args.webhook_port:
         from . import webhook
 
@@ -72,5 +75,27 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per watch event otherwise
-    kopf.run(standalone=True, clusterwide=True, liveness_endpoint=args.liveness or None)
+    server = _serve_metrics(handlers, args.metrics_port) if args.metrics_port else None
+    try:
+        kopf.run(standalone=True, clusterwide=True, liveness_endpoint=args.liveness or None)
+    finally:
+        if server is not None:
+            server.shutdown()
     return 0
+
+
+def _serve_metrics(handlers, port: int):
+    """Serve the operator's registry from now on (a scrape during start-up sees empty families), so a taken
+    port fails the command at once."""
+    import prometheus_client
+
+    from .metrics import OperatorMetrics
+
+    prometheus_client.disable_created_metrics()  # no `_created` gauge beside every counter and histogram
+    handlers.METRICS = OperatorMetrics()
+    try:
+        server = handlers.METRICS.serve(port)
+    except OSError as err:
+        raise InputError(f"{port}: cannot serve metrics: {err.strerror or err}", field="--metrics-port") from None
+    logging.getLogger("fgpu.metrics").info("metrics on http://0.0.0.0:%d/metrics", port)
+    return server

@@ -29,6 +29,7 @@ from ..kube.leader import LeaderElector, default_identity
 from ..kube.session import ApiSession, Limits
 from ..placement.live import LiveCluster
 from .gpunodes import StatusWriter
+from .metrics import OperatorMetrics
 from .policy import PolicyWatch
 from .scheduler import Scheduler
 
@@ -57,6 +58,8 @@ class OperatorConfig:
 
 #: Set by `run` before Kopf starts (Kopf handlers are module-level functions).
 CONFIG = OperatorConfig()
+#: The registry `run` serves on --metrics-port (None: not served; `start` then keeps an unserved one).
+METRICS: OperatorMetrics | None = None
 
 
 async def initial_sync(api: ApiSession, scheduler: Scheduler, policy: PolicyWatch | None = None) -> None:
@@ -96,6 +99,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     memo.side_api = ApiSession(creds, Limits(qps=50, burst=100, max_in_flight=8))  # events, lease: apart
     memo.side_api.open()
     identity = CONFIG.identity or default_identity()
+    memo.metrics = METRICS or OperatorMetrics()
     memo.events = EventRecorder(memo.side_api, instance=identity)  # which replica decided, on every Event
     elector = None
     if CONFIG.leader_elect:
@@ -103,8 +107,9 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     memo.elector = elector
     memo.scheduler = Scheduler(LiveCluster(policy=CONFIG.policy), memo.api, memo.events,
                                is_leader=(lambda: elector.is_leader) if elector else (lambda: True),
-                               max_binds_in_flight=CONFIG.binds_in_flight)
+                               max_binds_in_flight=CONFIG.binds_in_flight, metrics=memo.metrics)
     is_leader = memo.scheduler.is_leader
+    memo.metrics.attach(memo.scheduler, identity, is_leader, asyncio.get_running_loop())
     memo.admission = AdmissionConfig()  # what the webhook reads; the SchedulingPolicy updates it
     memo.status_api = ApiSession(creds, Limits(qps=20, burst=40, max_in_flight=4))  # GPUNode/policy status
     memo.status_api.open()

@@ -25,9 +25,11 @@ from ..kube.outcome import Result
 from ..kube.pods import bind, set_unschedulable
 from ..kube.session import ApiSession
 from ..objects import pod_key, timestamp
+from ..placement.framework import Unschedulable
 from ..placement.live import Allocation, LiveCluster
 from . import translate
 from .gpunodes import NodeAllocations, allocation_rows
+from .metrics import OperatorMetrics, unschedulable_reason
 from .queue import ActiveQueue, sort_key
 
 log = logging.getLogger("fgpu.scheduler")
@@ -39,6 +41,7 @@ class Pending:
     pod: dict
     request: object  # GpuRequest | None
     message: str = ""  # the last explanation written on the pod
+    reason: str = ""  # why it was parked, one of metrics.REASONS (the pending-pods gauge)
 
     @property
     def key(self) -> tuple[int, int]:
@@ -50,8 +53,9 @@ class Scheduler:
 
     def __init__(self, live: LiveCluster, api: ApiSession, events: EventRecorder,
                  is_leader: Callable[[], bool] = lambda: True, scheduler_name: str = keys.SCHEDULER_NAME,
-                 max_binds_in_flight: int = 64):
+                 max_binds_in_flight: int = 64, metrics: OperatorMetrics | None = None):
         self.live, self.api, self.events = live, api, events
+        self.metrics = metrics or OperatorMetrics()
         self.is_leader, self.scheduler_name = is_leader, scheduler_name
         self.queue: ActiveQueue[Pending] = ActiveQueue()  # uid -> pod waiting for a decision
         self.parked: dict[str, Pending] = {}  # uid -> pod that fit nowhere at its last try
@@ -158,6 +162,8 @@ class Scheduler:
                     await self._schedule_one(uid, entry)
                 except Exception:  # one bad pod must not stop the scheduler: log it, park it
                     log.exception("scheduling %s failed", pod_key(entry.pod))
+                    self.metrics.attempt("error", "Error")
+                    entry.reason = "Error"
                     self.parked[uid] = entry
                 await asyncio.sleep(0)  # let watch events in between decisions
 
@@ -170,11 +176,14 @@ class Scheduler:
         except InputError as err:  # a shape the core does not place: say so on the pod, never guess
             outcome = str(err)
         if isinstance(outcome, Allocation):
+            self.metrics.attempt("scheduled")
             self.binding.add(uid)
             await self._slots.acquire()
             self._spawn(self._bind(uid, entry, outcome))
             return
         message = str(outcome)
+        entry.reason = unschedulable_reason(outcome) if isinstance(outcome, Unschedulable) else "InvalidRequest"
+        self.metrics.attempt("unschedulable", entry.reason)
         self.parked[uid] = entry
         if message != entry.message:
             entry.message = message
@@ -209,8 +218,10 @@ class Scheduler:
                 annotations = translate.binding_annotations(assignment, timestamp(micro=True))
             if not self.is_leader():  # lost the lease while waiting: the new leader decides
                 self.live.release(uid)
+                self.metrics.bind("not_leader")
                 return
             out = await bind(self.api, ns, name, uid, allocation.node, annotations)
+            self.metrics.bind(out.result.value, entry.pod)
             if out.ok:
                 if assignment is not None:
                     self.held.hold(uid, allocation.node, allocation_rows(ns, name, uid, assignment))

@@ -34,6 +34,12 @@ def _touched(before: dict, after: dict, patch: kopf.Patch) -> None:
             patch.metadata.setdefault("annotations", {})[key] = a_ann.get(key)  # None removes it
 
 
+def _count(memo: kopf.Memo | None, webhook: str, outcome: str, source: str = "") -> None:
+    metrics = getattr(memo, "metrics", None)  # set at start-up (the webhook may answer before)
+    if metrics is not None:
+        metrics.admission(webhook, outcome, source)
+
+
 def cluster_config(config: AdmissionConfig, largest_gpu_mib: int) -> AdmissionConfig:
     """`config` with the cluster's largest GPU (from the scheduler's model) where no setting gave one, so a
     per-device memory request above it is refused and memory-only shares are sized against it."""
@@ -53,23 +59,30 @@ def normalise_pod(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_) -> N
     try:
         request = parse_pod(pod, config)
         if request is None:
+            _count(memo, "mutate", "passed")
             return
         ops = mutate(pod, request, config)
     except HandoffError as err:  # an allocation written by hand: forbidden, as the pure `review` answers
+        _count(memo, "mutate", "denied")
         raise kopf.AdmissionError(str(err), code=403) from None
     except InputError as err:
+        _count(memo, "mutate", "denied")
         raise kopf.AdmissionError(str(err), code=400) from None
+    _count(memo, "mutate", "mutated" if ops else "allowed", request.source)
     _touched(pod, jsonpatch.apply_patch(pod, ops), patch)
 
 
 @kopf.on.validate("", "v1", "pods", id="fgpu-handoff", operations=["UPDATE"], side_effects=False)
-def protect_handoff(body: kopf.Body, old: kopf.BodyEssence | None, userinfo: dict, **_) -> None:
+def protect_handoff(body: kopf.Body, old: kopf.BodyEssence | None, userinfo: dict, memo: kopf.Memo | None = None,
+                    **_) -> None:
     """No pod can change its own allocation: only fgpu's components may edit the hand-off annotations."""
     if (userinfo or {}).get("username") in TRUSTED_USERS:
+        _count(memo, "validate", "allowed")
         return
     before = ((old or {}).get("metadata") or {}).get("annotations") or {}
     after = (body.get("metadata") or {}).get("annotations") or {}
     changed = sorted(k for k in keys.HANDOFF_KEYS if before.get(k) != after.get(k))
+    _count(memo, "validate", "denied" if changed else "allowed")
     if changed:
         raise kopf.AdmissionError(f"metadata.annotations[{changed[0]}]: set by fgpu's scheduler and device "
                                   "plugin only; a pod cannot change its own GPU allocation", code=403)

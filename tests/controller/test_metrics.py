@@ -1,0 +1,264 @@
+"""The operator's exporter: its families are exactly the catalogue's operator part (names, types, label names),
+its values follow a small scenario on the real scheduler over a fake API (two pods bound, one parked, one
+deleted: no series of the deleted pod, no NaN, no negative, no duplicate), the cluster's fragmentation is the
+simulator's FGD function on the live arrays, a MIG layout change leaves consistent series, a scrape during
+start-up works, and `promtool check metrics` passes on every exposition."""
+import asyncio
+import contextlib
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import kopf
+import numpy as np
+from fgpu_operator.controller import webhook
+from fgpu_operator.controller.metrics import REASONS, OperatorMetrics, reason_plugin, unschedulable_reason
+from fgpu_operator.controller.scheduler import Scheduler
+from fgpu_operator.objects import timestamp
+from fgpu_operator.placement.filters import FILTERS, NodeAffinity, NodeUnschedulable
+from fgpu_operator.placement.fragmentation import FragMeter
+from fgpu_operator.placement.framework import Unschedulable
+from fgpu_operator.placement.live import LiveCluster
+from fgpu_operator.placement.model import Request
+from inventories import fractional_inventory, mig_inventory
+from promcheck import catalogue_shape, matching, promtool_check, registry_shape, sample_labels, series, value
+from prometheus_client import generate_latest
+from test_scheduler import FakeApi, FakeEvents
+
+from fgpu_contracts import keys
+from fgpu_contracts.assignment import Assignment, ContainerAssignment, DeviceShare, dump_assignment
+from fgpu_contracts.metrics import of
+from fgpu_contracts.request import ContainerRequest, GpuRequest, dump_request
+
+GIB = 1 << 30
+ALLOCATABLE = {"cpu": "32", "memory": "256Gi", "pods": "110"}
+
+
+def pod(name: str, milli: int, mem_gib: int = 0) -> dict:
+    req = GpuRequest(containers=[ContainerRequest(container="main", milli_gpu=milli, mem_bytes=mem_gib * GIB or None)])
+    return {"metadata": {"name": name, "namespace": "ns", "uid": name, "creationTimestamp": timestamp(),
+                         "annotations": {keys.REQUEST: dump_request(req)}},
+            "spec": {"schedulerName": keys.SCHEDULER_NAME, "containers": [{"name": "main"}]}}
+
+
+def node(name: str, inventory: str) -> dict:
+    return {"metadata": {"name": name, "annotations": {keys.INVENTORY: inventory}},
+            "status": {"allocatable": ALLOCATABLE}}
+
+
+async def scrape(metrics: OperatorMetrics) -> str:
+    """From another thread, as the HTTP server does: the collector hands the read to the scheduler's loop."""
+    text = (await asyncio.to_thread(generate_latest, metrics.registry)).decode()
+    promtool_check(text)
+    return text
+
+
+def test_families_are_the_catalogues_operator_part_even_before_any_sample():
+    metrics = OperatorMetrics()
+    assert registry_shape(metrics.registry) == catalogue_shape(of("operator"))
+    scraped = series(generate_latest(metrics.registry).decode())  # a scrape during start-up: no model yet
+    assert {name for name, _ in scraped} <= {f"fgpu_scheduler_create_to_bound_seconds{suffix}"  # unlabelled: zeros
+                                             for suffix in ("_bucket", "_count", "_sum", "_created")}
+    promtool_check(generate_latest(metrics.registry).decode())
+
+
+def test_scenario_values_deleted_pod_leaves_no_series_and_every_family_has_the_catalogues_labels():
+    async def scenario():
+        metrics = OperatorMetrics()
+        s = Scheduler(LiveCluster(policy="binpack"), FakeApi(), FakeEvents(), metrics=metrics)
+        metrics.attach(s, "replica-1", s.is_leader, asyncio.get_running_loop())
+        loop = asyncio.create_task(s.run())
+        s.on_node("ADDED", node("n", fractional_inventory("n", 2, uuid=lambda i: f"GPU-{i}")))
+        for p in (pod("a", 300), pod("b", 500), pod("big", 300, 100)):
+            s.on_pod("ADDED", p)
+        await asyncio.sleep(0.05)
+        await s.drain()
+        before = series(await scrape(metrics))
+        s.on_pod("DELETED", pod("a", 300))
+        await asyncio.sleep(0.05)
+        await s.drain()
+        webhook.normalise_pod(body=kopf.Body({"metadata": {"name": "w", "annotations": {keys.FGPU_FRACTION: "0.5"}},
+                                              "spec": {"containers": [{"name": "main"}]}}),
+                              patch=kopf.Patch(), memo=_memo(metrics))
+        after = series(await scrape(metrics))
+        loop.cancel()
+        return metrics, s, before, after
+
+    metrics, s, before, after = asyncio.run(scenario())
+    vgpu = "hami_vgpu_memory_allocated_bytes"
+    a = dict(namespace="ns", node="n", pod="a", container_index="main", device_uuid="GPU-0")
+    assert value(before, vgpu, **a) == 24 * GIB  # a's 0.3 of an 80 GiB GPU
+    assert matching(after, vgpu, pod="a") == {} and matching(after, "hami_vgpu_core_allocated_ratio", pod="a") == {}
+    assert value(after, vgpu, **{**a, "pod": "b"}) == 40 * GIB
+    assert value(after, "hami_vgpu_core_allocated_ratio", **{**a, "pod": "b"}) == 50
+    gpu0 = dict(node="n", device_uuid="GPU-0", device_index="0", device_type="H100-SXM5-80GB")
+    containers = "fgpu_scheduler_gpu_containers"
+    assert value(before, containers, **gpu0, sharing="fractional") == 2
+    assert value(after, containers, **gpu0, sharing="fractional") == 1
+    assert value(after, "hami_gpu_memory_allocated_bytes", **gpu0, device_cores="100") == 40 * GIB
+    assert value(after, "hami_gpu_memory_limit_bytes", **gpu0) == 80 * GIB
+    assert value(after, "hami_gpu_core_allocated_ratio", **gpu0) == 50
+    assert value(after, "hami_node_gpu_memory_allocated_ratio", node="n", device_uuid="GPU-0", device_index="0") == 0.5
+    assert value(after, "fgpu_scheduler_gpu_allocated_ratio", **gpu0, sharing="fractional") == 0.5
+    assert value(after, "fgpu_scheduler_gpu_allocated_ratio", **{**gpu0, "device_uuid": "GPU-1", "device_index": "1"},
+                 sharing="fractional") == 0
+    assert value(before, "fgpu_cluster_gpu_allocation_ratio") == 0.4
+    assert value(after, "fgpu_cluster_gpu_allocation_ratio") == 0.25
+    assert value(after, "fgpu_cluster_gpus", sharing="fractional", healthy="true") == 2
+    # counters: 2 scheduled, "big" unschedulable (memory: the GpuFit plug-in) at arrival and again on the deletion
+    assert value(after, "fgpu_scheduler_attempts_total", result="scheduled", reason="") == 2
+    assert value(after, "fgpu_scheduler_attempts_total", result="unschedulable", reason="GpuFit") == 2
+    assert value(after, "fgpu_scheduler_binds_total", result="ok") == 2
+    assert value(after, "fgpu_scheduler_create_to_bound_seconds_count") == 2
+    assert value(after, "fgpu_scheduler_create_to_bound_seconds_bucket", le="+Inf") == 2
+    pending = matching(after, "fgpu_scheduler_pending_pods")
+    assert sum(pending.values()) == 1
+    assert value(after, "fgpu_scheduler_pending_pods", queue="unschedulable", reason="GpuFit") == 1
+    assert len(matching(after, "fgpu_scheduler_pending_pods", queue="unschedulable")) == len(REASONS)
+    assert value(after, "fgpu_operator_leader", identity="replica-1") == 1
+    assert value(after, "fgpu_webhook_admissions_total", webhook="mutate", outcome="mutated", source="fgpu") == 1
+    # FGD fragmentation: the simulator's own function on the live arrays (all GPUs here take shares)
+    c = s.live.cluster
+    idle = int(c.gpu_left[c.gpu_slots].sum())
+    fragment = float(FragMeter(c, s.live.workload).node_amounts(c).sum())
+    assert 0 < fragment < idle
+    assert np.isclose(value(after, "fgpu_cluster_gpu_fragmentation_ratio"), fragment / idle)
+    assert np.isclose(value(after, "fgpu_cluster_fragmented_gpus"), fragment / 1000)
+    # every family of the catalogue has samples now, each with exactly the catalogue's label names
+    webhook.protect_handoff(body=kopf.Body({"metadata": {}}), old=kopf.Body({"metadata": {}}), userinfo={},
+                            memo=_memo(metrics))
+    labels = sample_labels(metrics.registry)
+    for name, m in of("operator").items():
+        assert labels[name] == {m.labels}, name
+
+
+def _memo(metrics: OperatorMetrics) -> kopf.Memo:
+    memo = kopf.Memo()
+    memo.metrics = metrics
+    return memo
+
+
+def test_webhook_decisions_by_outcome_and_source():
+    metrics = OperatorMetrics()
+    memo = _memo(metrics)
+
+    def admit(annotations: dict, containers=({"name": "main"},)):
+        with contextlib.suppress(kopf.AdmissionError):
+            webhook.normalise_pod(body=kopf.Body({"metadata": {"name": "p", "annotations": annotations},
+                                                  "spec": {"containers": list(containers)}}),
+                                  patch=kopf.Patch(), memo=memo)
+
+    admit({keys.FGPU_FRACTION: "0.5"})
+    admit({})  # no GPU asked: passed through
+    admit({keys.FGPU_FRACTION: "1.5"})  # refused
+    admit({keys.ASSIGNMENT: "{}", keys.FGPU_FRACTION: "0.5"})  # a hand-off on a new pod: forbidden
+    admit({}, [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4096"}}}])
+    old, new = {"metadata": {"annotations": {}}}, {"metadata": {"annotations": {keys.ASSIGNMENT: "{}"}}}
+    with contextlib.suppress(kopf.AdmissionError):
+        webhook.protect_handoff(body=kopf.Body(new), old=kopf.Body(old), userinfo={"username": "alice"}, memo=memo)
+    webhook.protect_handoff(body=kopf.Body(old), old=kopf.Body(old), userinfo={"username": "alice"}, memo=memo)
+    got = matching(series(generate_latest(metrics.registry).decode()), "fgpu_webhook_admissions_total")
+    assert {tuple(v for _, v in k[1]): n for k, n in got.items()} == {
+        ("mutated", "fgpu", "mutate"): 1, ("passed", "", "mutate"): 1, ("denied", "", "mutate"): 2,
+        ("mutated", "hami", "mutate"): 1, ("denied", "", "validate"): 1, ("allowed", "", "validate"): 1}
+
+
+def test_mig_layout_change_and_restored_pod_keep_series_consistent():
+    async def scenario():
+        metrics = OperatorMetrics()
+        s = Scheduler(LiveCluster(policy="binpack"), FakeApi(), FakeEvents(), metrics=metrics)
+        metrics.attach(s, "r", lambda: False, asyncio.get_running_loop())
+        s.on_node("ADDED", node("m", mig_inventory("m", ["3g.40gb", "1g.10gb"])))
+        bound = pod("p", 1000)
+        bound["spec"]["nodeName"] = "m"
+        bound["metadata"]["annotations"][keys.ASSIGNMENT] = dump_assignment(Assignment(node="m", containers=[
+            ContainerAssignment(name="main", devices=[DeviceShare(uuid="MIG-m-3g.40gb-0", mig_profile="3g.40gb")])]))
+        s.on_pod("ADDED", bound)
+        first = series(await scrape(metrics))
+        s.on_node("MODIFIED", node("m", mig_inventory("m", ["1g.10gb"] * 7)))  # re-partitioned under the pod
+        second = series(await scrape(metrics))
+        return first, second
+
+    first, second = asyncio.run(scenario())
+    inst = json.loads(mig_inventory("m", ["3g.40gb"]))["gpus"][0]["mig"][0]
+    gpu = dict(node="m", device_uuid="GPU-m-0", device_index="0", device_type="H100-SXM5-80GB")
+    assert value(first, "hami_gpu_memory_allocated_bytes", **gpu, device_cores="100") == inst["memBytes"]
+    assert np.isclose(value(first, "fgpu_scheduler_gpu_allocated_ratio", **gpu, sharing="mig"), 60 / 132)
+    assert value(first, "fgpu_scheduler_gpu_containers", **gpu, sharing="mig") == 1
+    assert value(first, "fgpu_cluster_gpus", sharing="mig", healthy="true") == 1
+    assert value(first, "fgpu_cluster_gpu_allocation_ratio") == 0  # no GPU here takes shares: nothing to divide
+    assert value(first, "fgpu_operator_leader", identity="r") == 0
+    # after the change the old instance is gone: the GPU counts nothing it cannot name; the pod still holds it
+    assert value(second, "hami_gpu_memory_allocated_bytes", **gpu, device_cores="100") == 0
+    assert value(second, "fgpu_scheduler_gpu_containers", **gpu, sharing="mig") == 0
+    (held,) = matching(second, "hami_vgpu_memory_allocated_bytes", pod="p").values()
+    assert held == 0  # its instance is not on the node any more: no size to report, and no guess
+    assert len(matching(second, "hami_gpu_memory_limit_bytes")) == 1
+
+
+def test_unschedulable_reason_is_the_plug_in_that_rejected_most_nodes():
+    r = Request("x", 0)
+    assert unschedulable_reason(Unschedulable(r, 0, ())) == "NoNodes"
+    assert unschedulable_reason(Unschedulable(r, 3, (("node(s) had no GPU", 1), ("Insufficient GPU memory", 2)))) \
+        == "GpuFit"
+    assert unschedulable_reason(Unschedulable(r, 2, (("Insufficient cpu", 1), ("Insufficient GPU", 1)))) == "GpuFit"
+    assert unschedulable_reason(Unschedulable(r, 4, (("Insufficient cpu", 2), ("Insufficient memory", 1),
+                                                     ("Insufficient GPU", 1)))) == "NodeResourcesFit"
+    cases = {NodeUnschedulable.reason: "NodeUnschedulable", "node(s) had untolerated taint {gpu: h100}": "TaintToleration",
+             NodeAffinity.reason: "NodeAffinity", "Insufficient cpu": "NodeResourcesFit", "Too many pods": "NodeResourcesFit",
+             "Insufficient nvidia.com/gpu.shared": "NodeResourcesFit", "node(s) had no GPU": "GpuModel",
+             "node(s) had no GPU of the requested model": "GpuModel", "Insufficient whole GPU": "GpuFit",
+             "node(s) had no GPU allowed by the pod's GPU UUID or sharing-group rules": "GpuFit",
+             "Insufficient nvidia.com/mig-1g.10gb": "MigSlot", "something new": "Other"}
+    assert {k: reason_plugin(k) for k in cases} == cases
+    assert {f.name for f in FILTERS} <= set(cases.values())  # every filter plug-in is a reason
+
+
+def test_a_scrape_reads_on_the_models_loop_and_in_place_once_it_stopped():
+    metrics = OperatorMetrics()
+    s = Scheduler(LiveCluster(policy="binpack"), FakeApi(), FakeEvents(), metrics=metrics)
+
+    async def blocked():
+        metrics.attach(s, "r", lambda: True, asyncio.get_running_loop())
+        return await asyncio.to_thread(generate_latest, metrics.registry)  # the loop waits here, free to answer
+
+    assert b"fgpu_scheduler_pending_pods{" in asyncio.run(blocked())
+
+    async def stuck():
+        metrics.attach(s, "r", lambda: True, asyncio.get_running_loop())
+        metrics.model.timeout_s = 0.1
+        scrape = asyncio.get_running_loop().run_in_executor(None, generate_latest, metrics.registry)
+        time.sleep(0.5)  # the loop does not answer in time: the scrape gives up on the model, still answers
+        return series((await scrape).decode())
+
+    scraped = asyncio.run(stuck())
+    assert value(scraped, "fgpu_operator_leader", identity="r") == 1
+    assert not matching(scraped, "fgpu_scheduler_pending_pods")
+    metrics.model.timeout_s = 5.0
+    text = generate_latest(metrics.registry).decode()  # the loop is closed now: read in place
+    assert registry_shape(metrics.registry) == catalogue_shape(of("operator"))
+    assert value(series(text), "fgpu_operator_leader", identity="r") == 1
+    s.on_node("ADDED", node("n", fractional_inventory("n", 1)))
+    s.on_node("MODIFIED", node("n", fractional_inventory("n", 1, unhealthy={0: 79})))
+    scraped = series(generate_latest(metrics.registry).decode())
+    assert value(scraped, "fgpu_cluster_gpus", sharing="fractional", healthy="false") == 1
+    assert value(scraped, "fgpu_cluster_gpu_allocation_ratio") == 0
+    assert value(scraped, "fgpu_cluster_gpu_fragmentation_ratio") == 0
+
+
+def test_a_taken_or_bad_metrics_port_fails_the_command_in_one_line():
+    fgpu = str(Path(sys.executable).with_name("fgpu"))
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([fgpu, "operator", "--metrics-port", str(port)], capture_output=True, text=True,
+                              timeout=120)
+    assert (done.returncode, done.stderr) == (2, f"fgpu operator: error: --metrics-port: {port}: cannot serve "
+                                                 "metrics: Address already in use\n")
+    done = subprocess.run([fgpu, "operator", "--metrics-port", "65536"], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (
+        2, "fgpu operator: error: --metrics-port: 65536 is not a TCP port (allowed: 0..65535)\n")
