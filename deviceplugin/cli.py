@@ -1,7 +1,7 @@
 """`fgpu-device-plugin`: advertise a node's emulated GPUs to the kubelet.
 
     fgpu-device-plugin --config FILE --node-name NAME [--device-plugin-path DIR] [--daemon-socket PATH]
-                       [--state-dir DIR] [--kubeconfig FILE | --standalone]
+                       [--state-dir DIR] [--kubeconfig FILE | --standalone] [--metrics-port PORT]
 
 Bad input (an invalid config, a missing directory) is one line on stderr and exit code 2.
 """
@@ -43,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
                         f"writable, else {DEFAULT_STATE_DIR}")
     p.add_argument("--kubeconfig", help="kubeconfig (default: $KUBECONFIG, in-cluster, else standalone)")
     p.add_argument("--standalone", action="store_true", help="never talk to the Kubernetes API")
+    p.add_argument("--metrics-port", type=int, default=0,
+                   help="serve Prometheus metrics on http://0.0.0.0:PORT/metrics (0: off; see docs/metrics.md)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return p
 
@@ -51,6 +53,9 @@ class Plugin:
     """Everything one node runs, assembled from the config; start() returns once servers are up."""
 
     def __init__(self, args: argparse.Namespace) -> None:
+        if not 0 <= args.metrics_port <= 65535:
+            raise SimgpuError(f"{args.metrics_port} is not a TCP port", field="--metrics-port",
+                              allowed=["0..65535"])
         self.cfg = load_node_config(args.config)
         self.node = resolve_node_name(self.cfg, args.node_name)
         self.resources = discover(self.cfg, self.node)
@@ -88,8 +93,19 @@ class Plugin:
             self.shared.taken |= pods.recorder.journaled()
         self.manager = PluginManager(self.resources, self.shared, args.device_plugin_path)
         self.daemon_socket = args.daemon_socket
+        self.metrics_port = args.metrics_port
+        self.metrics_server = None
 
     def start(self) -> None:
+        if self.metrics_port:
+            import prometheus_client
+
+            prometheus_client.disable_created_metrics()  # no `_created` gauge beside each counter / histogram
+            try:
+                self.metrics_server = self.shared.metrics.serve(self.metrics_port)
+            except OSError as err:
+                raise SimgpuError(f"{self.metrics_port}: cannot serve metrics: {err.strerror or err}",
+                                  field="--metrics-port") from None
         self.manager.start()
         start_health(self.daemon_socket, self.board, self.shared.stop)
         if self.api is not None:
@@ -122,6 +138,8 @@ class Plugin:
 
     def stop(self) -> None:
         self.manager.stop()
+        if self.metrics_server is not None:
+            self.metrics_server.shutdown()
         pods = self.shared.pods
         if pods is not None and hasattr(pods, "close"):
             pods.close()

@@ -29,6 +29,7 @@ from deviceplugin.allocate import (
 from deviceplugin.api import api_pb2, api_pb2_grpc
 from deviceplugin.handoff import Match, PodView, find_assignment
 from deviceplugin.labels import Health
+from deviceplugin.metrics import PluginMetrics
 from deviceplugin.resources import Resource, Slot
 from fgpu_contracts.keys import ASSIGNMENT
 from simgpu.errors import SimgpuError
@@ -93,6 +94,7 @@ class _Shared:
     stop: threading.Event
     taken: set[tuple[str, str]] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    metrics: PluginMetrics = field(default_factory=PluginMetrics)
 
 
 class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
@@ -136,6 +138,7 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
     def Allocate(self, request, context):
         start = time.perf_counter()
         out = api_pb2.AllocateResponse()
+        result = "error"
         try:
             for req in request.container_requests:
                 alloc = self._allocate_one(list(req.devices_ids))
@@ -143,13 +146,22 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
                 resp.envs.update(alloc.envs)
                 for container_path, host_path, read_only in alloc.mounts:
                     resp.mounts.add(container_path=container_path, host_path=host_path, read_only=read_only)
+            result = "ok"
         except AllocateError as err:
             log.warning("Allocate %s refused: %s", self.resource.name, err)
-            code = grpc.StatusCode.INVALID_ARGUMENT if err.field == "devices_ids" else \
-                grpc.StatusCode.FAILED_PRECONDITION
+            invalid = err.field == "devices_ids"
+            result = "invalid" if invalid else "refused"
+            code = grpc.StatusCode.INVALID_ARGUMENT if invalid else grpc.StatusCode.FAILED_PRECONDITION
+            self._count(result, start)
             context.abort(code, str(err))
+        finally:
+            if result in ("ok", "error"):
+                self._count(result, start)
         log.debug("Allocate %s served in %.3f ms", self.resource.name, (time.perf_counter() - start) * 1000)
         return out
+
+    def _count(self, result: str, start: float) -> None:
+        self.shared.metrics.allocate(self.resource.name, result, time.perf_counter() - start)
 
     def _allocate_one(self, ids: list[str]):
         shared = self.shared
@@ -272,8 +284,23 @@ class PluginManager:
         self.servers = [ResourceServer(r, shared, plugin_dir) for r in resources]
         self.shared = shared
         self.poll_s = poll_s
-        self.registrations = 0  # successful registration rounds (for tests and the benchmark)
+        self.registrations = 0  # successful registration rounds (for tests, the benchmark and metrics)
         self._thread: threading.Thread | None = None
+        shared.metrics.attach(self.device_counts, lambda: self.registrations, self._unwritten)
+
+    def device_counts(self) -> dict[str, dict[str, int]]:
+        """resource -> Healthy / Unhealthy -> device IDs, as ListAndWatch reports them now."""
+        _, health = self.shared.board.snapshot()
+        out: dict[str, dict[str, int]] = {}
+        for server in self.servers:
+            counts = out.setdefault(server.resource.name, {HEALTHY: 0, UNHEALTHY: 0})
+            for slot in server.resource.slots:
+                counts[slot_health(slot, health)] += 1
+        return out
+
+    def _unwritten(self) -> int:
+        recorder = getattr(self.shared.pods, "recorder", None)
+        return recorder.pending() if recorder is not None else 0
 
     def start(self) -> None:
         os.makedirs(self.plugin_dir, exist_ok=True)
