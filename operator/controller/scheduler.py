@@ -73,13 +73,17 @@ class Scheduler:
     # --- watch events (synchronous: they only update memory) ---------------------------------------------
     def on_node(self, kind: str, node: dict) -> None:
         name = (node.get("metadata") or {}).get("name", "")
-        self.held.dirty.add(name)  # its GPUNode's Schedulable condition may change
         if kind == "DELETED":
+            self.held.dirty.add(name)
             self.nodes.pop(name, None)
             for uid in self.live.remove_node(name):
                 log.warning("node %s deleted with pod %s allocated on it", name, uid)
             return
-        self.nodes[name] = _placement_fields(node)
+        fields = _placement_fields(node)
+        if self.nodes.get(name) == fields:
+            return  # a heartbeat (conditions, times): nothing placement reads changed, nothing to parse
+        self.held.dirty.add(name)  # its GPUNode's Schedulable condition may change
+        self.nodes[name] = fields
         self._refresh(name)
 
     def on_gpunode(self, kind: str, gpunode: dict) -> None:

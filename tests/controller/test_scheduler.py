@@ -122,3 +122,26 @@ def test_room_freed_goes_to_the_high_priority_pod_that_waited_less():
         loop.cancel()
 
     asyncio.run(scenario())
+
+
+def test_a_node_heartbeat_is_not_parsed_again(monkeypatch):
+    from fgpu_operator.controller import translate
+
+    calls = []
+    real = translate.node_spec
+    monkeypatch.setattr(translate, "node_spec", lambda *a: calls.append(a) or real(*a))
+    s = Scheduler(LiveCluster(policy="binpack"), FakeApi(), FakeEvents())
+    node = {"metadata": {"name": "n", "annotations": {keys.INVENTORY: fractional_inventory("n", 1)},
+                         "managedFields": [{"time": "t0"}]},
+            "status": {"allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"},
+                       "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": "t0"}]}}
+    s.on_node("ADDED", node)
+    beat = copy.deepcopy(node)
+    beat["status"]["conditions"][0]["lastHeartbeatTime"] = "t1"
+    beat["metadata"]["managedFields"][0]["time"] = "t1"
+    s.on_node("MODIFIED", beat)
+    assert len(calls) == 1
+    cordoned = copy.deepcopy(beat)
+    cordoned["spec"] = {"unschedulable": True}
+    s.on_node("MODIFIED", cordoned)
+    assert len(calls) == 2 and s.live.specs["n"].unschedulable
