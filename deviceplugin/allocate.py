@@ -99,7 +99,7 @@ def allocate_assignment(resource: Resource, device_ids: list[str], match: Match 
                                 f"{device.mem_bytes}", field=ASSIGNMENT)
         grants.append(Grant(device_uuid=share.uuid, mem_limit_bytes=share.mem_bytes, sm_limit_pct=share.sm_pct,
                             priority=container.priority, pod_namespace=pod.namespace, pod_name=pod.name,
-                            container=container.name))
+                            container=container.name, vdevice_index=i, slo_slowdown=container.slo_slowdown))
     return _container(grants, ctx, mode="fractional", mps_pct=None, with_priority=True)
 
 
@@ -122,6 +122,8 @@ def _container(grants: list[Grant], ctx: AllocContext, *, mode: str, mps_pct: in
         envs[env.CUDA_DEVICE_SM_LIMIT] = str(sm)
     if with_priority:
         envs[env.CUDA_TASK_PRIORITY] = str(grants[0].priority)
+        if grants[0].slo_slowdown is not None:
+            envs[env.SLO_SLOWDOWN] = f"{grants[0].slo_slowdown:g}"
     if mps_pct is not None:
         envs[env.CUDA_MPS_ACTIVE_THREAD_PERCENTAGE] = str(mps_pct)
     if ctx.memory_quota == "oversubscribe":

@@ -6,7 +6,8 @@ pattern (peers.md section 1); ours is JSON and versioned:
 
     fgpu.io/assignment: {"version": "v1", "node": "node-1", "containers": [
         {"name": "train", "priority": 1,
-         "devices": [{"uuid": "GPU-...", "milliGpu": 300, "memBytes": 8589934592, "smPct": 30}]}]}
+         "devices": [{"uuid": "GPU-...", "milliGpu": 300, "memBytes": 8589934592, "smPct": 30}]},
+        {"name": "serve", "priority": 0, "sloSlowdown": 1.2, "devices": [...]}]}
     fgpu.io/assigned-at: "2026-11-22T15:20:00.123456Z"   (RFC 3339; oldest first wins at Allocate)
 
 The plugin records containers it has allocated in `fgpu.io/allocated` (JSON list of container names), so a
@@ -37,6 +38,9 @@ class ContainerAssignment(WireModel):
     name: str = pydantic.Field(min_length=1)
     devices: list[DeviceShare] = pydantic.Field(min_length=1)
     priority: Literal[0, 1] = 1
+    # A high-priority container's slowdown bound versus running alone (its SLO: `fgpu.io/slo-slowdown`, else
+    # the cluster's default). Optional: absent for low priority, and in assignments written before it existed.
+    slo_slowdown: float | None = pydantic.Field(default=None, gt=1.0, le=100.0)
 
 
 class Assignment(WireModel):

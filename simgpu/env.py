@@ -25,6 +25,7 @@ DAEMON_SOCKET = "FGPU_DAEMON_SOCKET"  # path of the node daemon's socket inside 
 CONTEXT_TOKEN = "FGPU_CONTEXT_TOKEN"  # token for visible device 0 (same as FGPU_CONTEXT_TOKEN_0)
 CONTEXT_TOKEN_PREFIX = "FGPU_CONTEXT_TOKEN_"  # + visible index: one token per visible device
 SHARING_MODE = "FGPU_SHARING_MODE"  # exclusive | timeSlicing | mps | fractional (informational)
+SLO_SLOWDOWN = "FGPU_SLO_SLOWDOWN"  # a high-priority container's slowdown bound, > 1 (informational: the token has it)
 
 # Where Allocate mounts the daemon socket's directory inside the container.
 CONTAINER_SOCKET_DIR = "/var/run/fgpu"
@@ -65,22 +66,28 @@ class ContainerEnv:
     memory_limits: list[int | None] = field(default_factory=list)  # bytes per visible device
     sm_limit_pct: int | None = None
     priority: int | None = None
+    slo_slowdown: float | None = None
     mps_thread_pct: int | None = None
     oversubscribe: bool = False
     node_name: str | None = None
 
 
-def _int_var(env: Mapping[str, str], name: str, lo: int, hi: int) -> int | None:
+def _number_var(env: Mapping[str, str], name: str, kind: type, allowed: str, ok) -> int | float | None:
     raw = env.get(name)
     if raw is None or raw == "":
         return None
     try:
-        value = int(raw)
+        value = kind(raw)
     except ValueError:
-        raise SimgpuError(f"not an integer: {raw!r}", field=name, allowed=[f"{lo}..{hi}"]) from None
-    if not lo <= value <= hi:
-        raise SimgpuError(f"{value} out of range", field=name, allowed=[f"{lo}..{hi}"])
+        raise SimgpuError(f"not {'an integer' if kind is int else 'a number'}: {raw!r}", field=name,
+                          allowed=[allowed]) from None
+    if not ok(value):  # nan compares false: out of range too
+        raise SimgpuError(f"{value} out of range", field=name, allowed=[allowed])
     return value
+
+
+def _int_var(env: Mapping[str, str], name: str, lo: int, hi: int) -> int | None:
+    return _number_var(env, name, int, f"{lo}..{hi}", lambda v: lo <= v <= hi)
 
 
 def read_container_env(env: Mapping[str, str]) -> ContainerEnv:
@@ -101,6 +108,7 @@ def read_container_env(env: Mapping[str, str]) -> ContainerEnv:
         memory_limits=limits,
         sm_limit_pct=_int_var(env, CUDA_DEVICE_SM_LIMIT, 1, 100),
         priority=_int_var(env, CUDA_TASK_PRIORITY, 0, 1),
+        slo_slowdown=_number_var(env, SLO_SLOWDOWN, float, "1 < s <= 100", lambda v: 1.0 < v <= 100.0),
         mps_thread_pct=_int_var(env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, 1, 100),
         oversubscribe=env.get(CUDA_OVERSUBSCRIBE, "").lower() == "true",
         node_name=env.get(NODE_NAME) or None,

@@ -31,6 +31,11 @@ class Grant(pydantic.BaseModel, frozen=True, extra="forbid"):
     pod_namespace: str = ""
     pod_name: str = ""
     container: str = ""
+    # the device's index among the container's visible devices (HAMi's vdevice_index in metrics)
+    vdevice_index: int = pydantic.Field(default=0, ge=0)
+    # a high-priority pod's slowdown bound (fgpu.io/slo-slowdown, else the cluster's default); None: the
+    # node config's qos.sloSlowdown
+    slo_slowdown: float | None = pydantic.Field(default=None, gt=1.0, le=100.0)
 
 
 def _b64(data: bytes) -> str:
@@ -42,7 +47,9 @@ def _unb64(text: str) -> bytes:
 
 
 def _canonical(grant: Grant) -> bytes:
-    return json.dumps(grant.model_dump(), sort_keys=True, separators=(",", ":")).encode()
+    # fields at their default are left out, so a daemon that predates a new optional field still reads
+    # every grant that does not use it
+    return json.dumps(grant.model_dump(exclude_defaults=True), sort_keys=True, separators=(",", ":")).encode()
 
 
 def _check_secret(secret: bytes) -> None:

@@ -22,6 +22,7 @@ from fgpu_contracts.assignment import (
 )
 from fgpu_contracts.errors import InputError
 from fgpu_contracts.inventory import node_inventory
+from fgpu_contracts.policy import SchedulingPolicySpec
 from fgpu_contracts.request import MILLI, GpuRequest, load_request
 
 from ..admission.quantity import parse_quantity
@@ -206,9 +207,17 @@ def _affinity_terms(spec: dict) -> tuple[SelectorTerm, ...]:
 
 
 # --- decisions on the wire ---------------------------------------------------------------------------------
-def assignment_for(allocation: Allocation, request: GpuRequest, gpu_mem_mib: dict[str, int]) -> Assignment:
+DEFAULT_SLO_SLOWDOWN: float = SchedulingPolicySpec.model_fields["default_slo_slowdown"].default
+
+
+def assignment_for(allocation: Allocation, request: GpuRequest, gpu_mem_mib: dict[str, int],
+                   default_slo: float = DEFAULT_SLO_SLOWDOWN) -> Assignment:
     """The hand-off for the device plugin: per container, its devices with the share it was given.
-    `gpu_mem_mib` maps the allocation's GPU UUIDs to their memory (to turn a share into bytes)."""
+    `gpu_mem_mib` maps the allocation's GPU UUIDs to their memory (to turn a share into bytes). A
+    high-priority pod's containers carry its slowdown bound: its own, else `default_slo` (the
+    SchedulingPolicy's `defaultSloSlowdown`)."""
+    high = request.priority == "high"
+    slo = (request.slo_slowdown or default_slo) if high else None
     devices = iter(allocation.mig or allocation.gpus)
     containers = []
     for c in request.containers:
@@ -222,8 +231,8 @@ def assignment_for(allocation: Allocation, request: GpuRequest, gpu_mem_mib: dic
             mem = c.mem_bytes or (cap * c.mem_pct // 100 if c.mem_pct else cap * c.milli_gpu // MILLI)
             shares.append(DeviceShare(uuid=uuid, milli_gpu=c.milli_gpu, mem_bytes=mem or None,
                                       sm_pct=c.effective_sm_pct))
-        containers.append(ContainerAssignment(name=c.container, devices=shares,
-                                              priority=0 if request.priority == "high" else 1))
+        containers.append(ContainerAssignment(name=c.container, devices=shares, priority=0 if high else 1,
+                                              slo_slowdown=slo))
     return Assignment(node=allocation.node, containers=containers)
 
 

@@ -76,6 +76,23 @@ def test_allocate_assignment_env():
     assert (grant.pod_name, grant.container, grant.mem_limit_bytes) == ("p", "c", 8 << 30)
 
 
+def test_allocate_assignment_carries_a_high_priority_pods_slo():
+    res = discover(FRACTIONAL, "n1")[0]
+    gpus = [d.uuid for d in FRACTIONAL.gpu_devices("n1")]
+    container = ContainerAssignment(name="c", priority=0, slo_slowdown=1.5,
+                                    devices=[DeviceShare(uuid=gpus[0]), DeviceShare(uuid=gpus[1])])
+    p = PodView("ns", "p", "uid-p", "n1", "Pending", {
+        ASSIGNMENT: dump_assignment(Assignment(node="n1", containers=[container])), ASSIGNED_AT: "2026-01-01T00:00:00Z"})
+    alloc = allocate_assignment(res, [s.id for s in res.slots[:2]], find_assignment([p], "n1", 2),
+                                AllocContext("n1", SECRET), node_devices(FRACTIONAL, "n1"))
+    assert (alloc.envs["CUDA_TASK_PRIORITY"], alloc.envs["FGPU_SLO_SLOWDOWN"]) == ("0", "1.5")
+    grants = [verify_token(SECRET, alloc.envs[f"FGPU_CONTEXT_TOKEN_{i}"]) for i in range(2)]
+    assert [(g.vdevice_index, g.slo_slowdown, g.priority) for g in grants] == [(0, 1.5, 0), (1, 1.5, 0)]
+    low = allocate_assignment(res, [res.slots[0].id], find_assignment([pod("q", [("c", gpus[0], None, None)])], "n1", 1),
+                              AllocContext("n1", SECRET), node_devices(FRACTIONAL, "n1"))
+    assert "FGPU_SLO_SLOWDOWN" not in low.envs  # no bound: no variable
+
+
 def test_allocate_assignment_foreign_device_and_no_match():
     res = discover(FRACTIONAL, "n1")[0]
     ctx = AllocContext("n1", SECRET)

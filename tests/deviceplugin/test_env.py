@@ -35,6 +35,18 @@ def test_read_container_env():
     assert (got.sm_limit_pct, got.priority, got.daemon_socket) == (30, 0, "/var/run/fgpu/daemon.sock")
 
 
+@pytest.mark.parametrize(("raw", "expected"), [("1.2", 1.2), ("3", 3.0), ("", None)])
+def test_slo_slowdown_is_read(raw, expected):
+    assert env.read_container_env({"FGPU_SLO_SLOWDOWN": raw}).slo_slowdown == expected
+
+
+@pytest.mark.parametrize("bad", ["1", "0.5", "101", "nan", "inf", "fast"])
+def test_bad_slo_slowdown_names_variable(bad):
+    with pytest.raises(SimgpuError) as err:
+        env.read_container_env({"FGPU_SLO_SLOWDOWN": bad})
+    assert err.value.field == "FGPU_SLO_SLOWDOWN"
+
+
 def test_out_of_range_sm_limit_names_variable():
     with pytest.raises(SimgpuError) as err:
         env.read_container_env({"CUDA_DEVICE_SM_LIMIT": "150"})
