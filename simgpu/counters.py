@@ -2,7 +2,9 @@
 
 The engine integrates activity over virtual time (cumulative Totals); a window is the difference of
 two Totals divided by its length, exactly how DCGM's profiling fields are ratios over a sample
-period. Framebuffer figures are instantaneous, as DCGM_FI_DEV_FB_USED/FREE are.
+period. Framebuffer figures are instantaneous, as DCGM_FI_DEV_FB_USED/FREE are. SM clock and power are
+window averages of what simgpu.perf's power model gives the kernels that ran (DCGM samples them; an
+average over the window is what a sample period of that length would show).
 """
 from __future__ import annotations
 
@@ -61,6 +63,8 @@ class Totals:
     at: float
     activity: Activity
     clients: Mapping[int, ClientTotals]
+    energy_j: float = 0.0  # integral of the modelled power (W x s)
+    clock_mhz_s: float = 0.0  # integral of the SM clock (MHz x s)
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,8 @@ class ClientCounters:
     kernels_per_s: float
     progress_rate: float | None  # fraction of its solo speed while it had work (None: no work in window)
     slowdown: float | None  # 1 / progress_rate: how much longer its kernels took than alone
+    busy_s: float = 0.0  # time in the window with a kernel queued (the progress rate's denominator)
+    solo_work_s: float = 0.0  # what that time would have taken alone
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,8 @@ class DeviceCounters:
     fb_total: int
     fb_used: int
     clients: Mapping[int, ClientCounters] = field(default_factory=dict)
+    sm_clock_mhz: float = 0.0  # average SM clock over the window
+    power_w: float = 0.0  # average modelled power over the window
 
     @property
     def fb_free(self) -> int:
@@ -99,8 +107,9 @@ def _average(integral: Activity, seconds: float) -> Activity:
 
 
 def window(before: Totals, after: Totals, *, fb_total: int, fb_used: int,
-           client_fb: Mapping[int, int] | None = None) -> DeviceCounters:
-    """Counters over [before.at, after.at]; clients that left during the window are dropped."""
+           client_fb: Mapping[int, int] | None = None, board: tuple[float, float] = (0.0, 0.0)) -> DeviceCounters:
+    """Counters over [before.at, after.at]; clients that left during the window are dropped. `board` is the
+    current (SM clock MHz, power W), reported for an empty window (a scrape right at startup)."""
     span = after.at - before.at
     device = _average(after.activity - before.activity, span)
     clients: dict[int, ClientCounters] = {}
@@ -118,14 +127,21 @@ def window(before: Totals, after: Totals, *, fb_total: int, fb_used: int,
             kernels_per_s=done / span if span > 0 else 0.0,
             progress_rate=rate,
             slowdown=(1.0 / rate) if rate else None,
+            busy_s=max(0.0, busy),
+            solo_work_s=max(0.0, min(work, busy)),
         )
+    if span > 0:
+        mhz = max(0.0, (after.clock_mhz_s - before.clock_mhz_s) / span)
+        watts = max(0.0, (after.energy_j - before.energy_j) / span)
+    else:
+        mhz, watts = board
     return DeviceCounters(window_s=span, **{f: getattr(device, f) for f in ACTIVITY_FIELDS},
-                          fb_total=fb_total, fb_used=fb_used, clients=clients)
+                          fb_total=fb_total, fb_used=fb_used, clients=clients, sm_clock_mhz=mhz, power_w=watts)
 
 
 def combine(parts: Sequence[tuple[DeviceCounters, float]]) -> DeviceCounters:
-    """A whole GPU from its MIG instances: activity weighted by each instance's share of the SMs
-    (weights), framebuffer summed. Client ids must be unique across parts."""
+    """A whole GPU from its MIG instances: activity and SM clock weighted by each instance's share of the
+    SMs (weights), framebuffer and power summed. Client ids must be unique across parts."""
     weight = sum(w for _, w in parts) or 1.0
     avg = {f: sum(getattr(c, f) * w for c, w in parts) / weight for f in ACTIVITY_FIELDS}
     clients: dict[int, ClientCounters] = {}
@@ -137,6 +153,8 @@ def combine(parts: Sequence[tuple[DeviceCounters, float]]) -> DeviceCounters:
         fb_total=sum(c.fb_total for c, _ in parts),
         fb_used=sum(c.fb_used for c, _ in parts),
         clients=clients,
+        sm_clock_mhz=sum(c.sm_clock_mhz * w for c, w in parts) / weight,
+        power_w=sum(c.power_w for c, _ in parts),
     )
 
 

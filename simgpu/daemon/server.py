@@ -14,7 +14,7 @@ import grpc
 from prometheus_client import CollectorRegistry, start_http_server
 
 from simgpu.daemon import simgpu_daemon_pb2_grpc as pb_grpc
-from simgpu.daemon.metrics import SnapshotCollector, build_snapshot
+from simgpu.daemon.metrics import Exporter, SnapshotCollector
 from simgpu.daemon.runtime import NodeRuntime
 from simgpu.daemon.service import NodeDaemonService
 from simgpu.device import build_node
@@ -32,14 +32,13 @@ def _prepare_socket(path: str) -> None:
         sock.unlink()
 
 
-async def _metrics_loop(runtime: NodeRuntime, collector: SnapshotCollector, interval: float) -> None:
-    prev = runtime.node.totals()
+async def _metrics_loop(exporter: Exporter, collector: SnapshotCollector, interval: float) -> None:
     while True:
         await asyncio.sleep(interval)
-        runtime.catch_up()
-        per_gpu, per_mig = runtime.node.counters(prev)
-        prev = runtime.node.totals()
-        collector.snapshot = build_snapshot(runtime, per_gpu, per_mig)
+        try:
+            collector.snapshot = exporter.step()
+        except Exception:  # never let the exporter die: keep serving the last snapshot
+            logging.getLogger("simgpu.daemon").exception("metrics step failed")
 
 
 async def serve(config_path: str, socket_path: str, *, metrics_port: int | None = None,
@@ -64,13 +63,15 @@ async def serve(config_path: str, socket_path: str, *, metrics_port: int | None 
         collector = SnapshotCollector()
         registry = CollectorRegistry()
         registry.register(collector)
-        collector.snapshot = build_snapshot(runtime, *node.counters(node.totals()))
+        exporter = Exporter(runtime, slo_slowdown=cfg.qos.slo_slowdown)
+        collector.snapshot = exporter.snapshot()
         http, _ = start_http_server(metrics_port, registry=registry)
         print(f"simgpu daemon: metrics on http://127.0.0.1:{http.server_port}/metrics", file=sys.stderr, flush=True)
-        tasks.append(asyncio.create_task(_metrics_loop(runtime, collector, metrics_interval)))
+        tasks.append(asyncio.create_task(_metrics_loop(exporter, collector, metrics_interval)))
     devices = len(node.devices)
     print(f"simgpu daemon: node {name}: {devices} device(s) on unix://{socket_path} "
-          f"(time dilation {cfg.time_dilation})", file=sys.stderr, flush=True)
+          f"(time dilation {cfg.time_dilation}, priorities {'on' if cfg.qos.priorities else 'off'})",
+          file=sys.stderr, flush=True)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -109,21 +109,30 @@ class EmulatedDevice:
     _ids = itertools.count(1)  # client ids are unique per process, so MIG instances can be combined
 
     def __init__(self, spec: Any, *, uuid: str, mode: str = "exclusive", memory_mode: str = "hard",
-                 perf: Any = None, host_spill_bytes: int | None = None, label: str | None = None):
+                 perf: Any = None, host_spill_bytes: int | None = None, label: str | None = None,
+                 priorities: bool = True):
         if mode not in ENGINE_MODES:
             raise SimgpuError(f"unknown sharing mode {mode!r}", field="sharing", allowed=ENGINE_MODES)
         self.spec = spec
         self.uuid = uuid
         self.label = label or uuid
         self.mode = mode
+        # Enforce clients' priorities (the node config's qos.priorities): off, every context is scheduled
+        # as one priority class, though each keeps the priority it declared (for metrics and QoS).
+        self.priorities = bool(priorities)
         self.perf = perf if isinstance(perf, PerfModel) else PerfModel(spec, perf)
         self.memory = MemoryLedger(spec.mem_bytes, memory_mode, host_spill_bytes)
+        self._idle_board = self.perf.board(0.0)
+        self._board = self._idle_board  # (SM clock MHz, power W) of the current segment
         self.now = 0.0
         self.xid: int | None = None
         self.clients: dict[int, Client] = {}
         self._activity_s = [0.0] * len(ACTIVITY_FIELDS)  # integrals of the device's activity ratios
-        # rates and device activity per running set: alternating ops or co-runners recur, so keep them all
-        self._segments: dict[tuple, tuple[dict[int, RunnerRate], tuple[float, ...]]] = {}
+        self._energy_j = 0.0  # integral of the modelled board power (simgpu.perf.board_power)
+        self._clock_mhz_s = 0.0  # integral of the SM clock
+        # rates, device activity and (clock, power) per running set: alternating ops or co-runners recur, so
+        # keep them all
+        self._segments: dict[tuple, tuple[dict[int, RunnerRate], tuple[float, ...], tuple[float, float]]] = {}
         # "exclusive" means the device belongs to one container, whose contexts share it like a GPU in
         # the default compute mode: time-sliced.
         self._slicer = self._make_slicer() if mode in ("timeslice", "exclusive") else None
@@ -273,20 +282,25 @@ class EmulatedDevice:
     def _runners(self) -> list[Client]:
         return [c for c in self.clients.values() if c.stream and isinstance(c.stream[0], _Kernel)]
 
+    def _priority(self, c: Client) -> int:
+        """The priority the scheduler sees: the declared one, or one class for all with priorities off."""
+        return c.spec.priority if self.priorities else 0
+
     def _runner(self, c: Client) -> Runner:
-        return Runner(key=c.id, op=c.stream[0].op, priority=c.spec.priority, mps_pct=c.spec.mps_pct,
+        return Runner(key=c.id, op=c.stream[0].op, priority=self._priority(c), mps_pct=c.spec.mps_pct,
                       share=c.spec.compute_share, soft=c.spec.soft_cap, spill=self.memory.spill_fraction(c.id))
 
     def _candidates(self) -> dict[int, Candidate]:
         """Contexts as the time-slicer sees them (cached until a stream head or the client set changes)."""
         if self._cands is None:
-            self._cands = {c.id: Candidate(c.id, c.spec.priority, c.spec.compute_share, c.spec.soft_cap,
+            self._cands = {c.id: Candidate(c.id, self._priority(c), c.spec.compute_share, c.spec.soft_cap,
                                            bool(c.stream) and type(c.stream[0]) is _Kernel)
                            for c in self.clients.values() if c.lost is None}
         return self._cands
 
-    def _current(self, runners: list[Client]) -> tuple[dict[int, RunnerRate], tuple[float, ...]]:
-        """Rates of every client with a kernel queued, and the device's activity, until the next event."""
+    def _current(self, runners: list[Client]) -> tuple[dict[int, RunnerRate], tuple[float, ...], tuple[float, float]]:
+        """Rates of every client with a kernel queued, the device's activity, and its (SM clock MHz, power W)
+        until the next event."""
         slicer = self._slicer
         running = slicer.running(self._candidates()) if slicer is not None else None
         key = (tuple((c.id, c.stream[0].op) for c in runners), running, slicer is not None and slicer.switching)
@@ -303,8 +317,20 @@ class EmulatedDevice:
                     device = Activity(gr_engine_active=1.0)  # the engine is busy saving/restoring contexts
             if len(self._segments) > _SEGMENT_CACHE:
                 self._segments.clear()
-            segment = self._segments[key] = (rates, tuple(getattr(device, f) for f in ACTIVITY_FIELDS))
+            segment = self._segments[key] = (rates, tuple(getattr(device, f) for f in ACTIVITY_FIELDS),
+                                             self._board_state(runners, rates))
         return segment
+
+    def _board_state(self, runners: list[Client], rates: dict[int, RunnerRate]) -> tuple[float, float]:
+        """(SM clock MHz, power W) from the power demand of the kernels executing (simgpu.perf.power): each
+        running kernel's sustained demand on its SMs, weighted by how busy it keeps them."""
+        demand = 0.0
+        for c in runners:
+            rr = rates[c.id]
+            if rr.busy > 0:
+                sms = self.perf.visible_sms(c.spec.mps_pct) if self.mode == "mps" else None
+                demand += self.perf.power_demand(c.stream[0].op, sms) * rr.busy
+        return self.perf.board(demand)
 
     def next_event(self) -> float | None:
         """Virtual time of the next kernel completion, host-gap end or scheduling decision."""
@@ -365,13 +391,22 @@ class EmulatedDevice:
         if dt < 0:
             return
         runners = self._runners()
-        rates, activity = self._current(runners) if runners or self._slicer is not None else ({}, ())
-        if dt > 0 and activity:
-            acc = self._activity_s
-            for k, value in enumerate(activity):
-                acc[k] += value * dt
-        if self._slicer is not None:
-            self._slicer.advance(dt, self._candidates())
+        if runners or self._slicer is not None:
+            rates, activity, board = self._current(runners)
+        else:
+            rates, activity, board = {}, (), self._idle_board
+        self._board = board
+        if dt > 0:
+            if activity:
+                acc = self._activity_s
+                for k, value in enumerate(activity):
+                    acc[k] += value * dt
+            self._clock_mhz_s += board[0] * dt
+            self._energy_j += board[1] * dt
+        slicer = self._slicer
+        capped = slicer.cooldown if slicer is not None else None
+        if slicer is not None:
+            slicer.advance(dt, self._candidates())
         for client in list(self.clients.values()):
             if not client.stream:
                 continue
@@ -384,10 +419,14 @@ class EmulatedDevice:
             else:
                 rr = rates[client.id]
                 totals = client.totals
-                totals.busy_s += dt
                 if rr.rate <= 0.0:
-                    continue  # waiting for its slice: nothing progresses
-                totals.solo_work_s += rr.speed * dt
+                    # waiting: for its slice (interference: counts as busy, so it shows as slowdown), or
+                    # out its own hard compute share's cool-down (alone it would wait the same: not busy)
+                    if client.spec.soft_cap or not (capped and capped.get(client.id, 0.0) > self.now + 1e-12):
+                        totals.busy_s += dt
+                    continue
+                totals.busy_s += dt
+                totals.solo_work_s += rr.progress * dt
                 acc = client.activity_s
                 for k, value in enumerate(rr.activity_tuple):
                     acc[k] += value * dt
@@ -422,9 +461,11 @@ class EmulatedDevice:
             totals = c.totals.copy()
             totals.activity = Activity(*c.activity_s)
             clients[cid] = totals
-        return Totals(at=self.now, activity=Activity(*self._activity_s), clients=clients)
+        return Totals(at=self.now, activity=Activity(*self._activity_s), clients=clients,
+                      energy_j=self._energy_j, clock_mhz_s=self._clock_mhz_s)
 
     def counters(self, since: Totals) -> DeviceCounters:
         """DCGM-style counters over [since.at, now]."""
         return window(since, self.totals(), fb_total=self.memory.total, fb_used=self.memory.device_used,
-                      client_fb={cid: self.memory.usage(cid).device_bytes for cid in self.clients})
+                      client_fb={cid: self.memory.usage(cid).device_bytes for cid in self.clients},
+                      board=self._board)

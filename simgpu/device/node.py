@@ -35,20 +35,21 @@ class EmulatedGpu:
 
 
 def build_gpu(spec: Any, *, uuid: str, index: int = 0, sharing: str = "exclusive", memory_mode: str = "hard",
-              mig_instances: Iterable[tuple[str, str]] = (), perf: Any = None) -> EmulatedGpu:
-    """A GPU, optionally split into MIG instances given as (uuid, profile) pairs."""
+              mig_instances: Iterable[tuple[str, str]] = (), perf: Any = None, priorities: bool = True) -> EmulatedGpu:
+    """A GPU, optionally split into MIG instances given as (uuid, profile) pairs; `priorities`: whether its
+    devices enforce clients' priorities."""
     if sharing not in ENGINE_MODE:
         raise SimgpuError(f"unknown sharing mode {sharing!r}", field="sharing", allowed=list(ENGINE_MODE))
     mode = ENGINE_MODE[sharing]
     instances = list(mig_instances)
     if not instances:
         device = EmulatedDevice(spec, uuid=uuid, mode=mode, memory_mode=memory_mode, perf=perf,
-                                label=f"gpu{index}")
+                                label=f"gpu{index}", priorities=priorities)
         return EmulatedGpu(uuid, index, spec, sharing, [device])
     from simgpu.mig import instance_spec
 
     devices = [EmulatedDevice(instance_spec(spec, profile), uuid=mig_uuid, mode=mode, memory_mode=memory_mode,
-                              perf=perf, label=f"gpu{index}/{profile}")
+                              perf=perf, label=f"gpu{index}/{profile}", priorities=priorities)
                for mig_uuid, profile in instances]
     return EmulatedGpu(uuid, index, spec, sharing, devices, mig=True, profiles=dict(instances))
 
@@ -160,5 +161,6 @@ def build_node(config: Any, node_name: str, perf: Any = None) -> EmulatedNode:
     for dev in config.gpu_devices(node_name):
         gpus.append(build_gpu(dev.spec, uuid=dev.uuid, index=dev.index, sharing=dev.sharing,
                               memory_mode=config.memory_quota,
-                              mig_instances=[(m.uuid, m.profile) for m in dev.mig], perf=perf))
+                              mig_instances=[(m.uuid, m.profile) for m in dev.mig], perf=perf,
+                              priorities=config.qos.priorities))
     return EmulatedNode(gpus, node_name)

@@ -19,6 +19,7 @@ class PerfModel:
         self.perf = perf if perf is not None else importlib.import_module("simgpu.perf")
         self._costs: dict[tuple, Any] = {}
         self._colocated: dict[tuple, tuple[float, ...]] = {}
+        self._power: dict[tuple, float] = {}
 
     def visible_sms(self, pct: float | None) -> int:
         """SMs a client sees under an MPS active-thread percentage (None or 100 = all of them)."""
@@ -36,6 +37,26 @@ class PerfModel:
             limit = None if sms is None or sms >= self.spec.sms else sms
             hit = self._costs[key] = self.perf.op_cost(self.spec, op, sm_count=limit)
         return hit
+
+    def power_demand(self, op: Any, sms: int | None = None) -> float:
+        """Sustained power demand of op on the device (or `sms` of its SMs), simgpu.perf.power's units."""
+        key = (op, sms)
+        hit = self._power.get(key)
+        if hit is None:
+            fn = getattr(self.perf, "power_demand", None)  # a fake perf module may not model power
+            if len(self._power) > _CACHE_LIMIT:
+                self._power.clear()
+            limit = None if sms is None or sms >= self.spec.sms else sms
+            hit = self._power[key] = float(fn(self.spec, op, limit)) if fn is not None else 0.0
+        return hit
+
+    def board(self, demand: float) -> tuple[float, float]:
+        """(SM clock MHz, dynamic power W) for a total power demand (simgpu.perf.board_power)."""
+        fn = getattr(self.perf, "board_power", None)
+        if fn is None:
+            return float(getattr(self.spec, "boost_mhz", 0.0)), 0.0
+        mhz, watts = fn(self.spec, demand)
+        return float(mhz), float(watts)
 
     def colocate(self, mode: str, loads: tuple[tuple[Any, float | None], ...]) -> tuple[float, ...]:
         """Iterations/s of each co-runner looping on its op, from the perf model's sharing model."""

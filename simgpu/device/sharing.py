@@ -60,6 +60,10 @@ class RunnerRate:
     capacity: float  # allocated share of the device
     activity: Activity  # this client's contribution to the device counters
     activity_tuple: tuple[float, ...] = field(default=(), compare=False)
+    busy: float = 0.0  # fraction of the time its SMs execute its kernel (0 while it waits)
+    # speed as a fraction of running alone with its own limits (a hard cap slows it alone too): the progress
+    # rate that counters report; `speed` is against the uncapped solo speed, which times the kernel
+    progress: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "activity_tuple", tuple(getattr(self.activity, f) for f in ACTIVITY_FIELDS))
@@ -131,7 +135,7 @@ def solo_rate(perf: PerfModel, runner: Runner, sms: int | None = None) -> Runner
     solo = solo_seconds(perf, cost, runner.spill)
     busy = kernel_seconds(cost) / solo
     return RunnerRate(rate=1.0 / solo, speed=1.0, solo_seconds=solo, capacity=1.0,
-                      activity=activity_of(cost, runner.op, busy, 1.0))
+                      activity=activity_of(cost, runner.op, busy, 1.0), busy=busy, progress=1.0)
 
 
 def stalled(perf: PerfModel, runner: Runner, sms: int | None = None) -> RunnerRate:
@@ -158,8 +162,10 @@ def share_concurrent(perf: PerfModel, runners: Sequence[Runner]) -> dict[int, Ru
         if r.priority < lowest:
             speed *= 1.0 - PRIORITY_INTERFERENCE
         speed = max(0.0, min(1.0, speed))
+        alone = demands[i] if r.soft else min(demands[i], caps[i])  # its capacity with the device to itself
         solo = solo_seconds(perf, costs[i], r.spill)
         busy = speed * kernel_seconds(costs[i]) / solo
         out[r.key] = RunnerRate(rate=speed / solo, speed=speed, solo_seconds=solo, capacity=alloc[i],
-                                activity=activity_of(costs[i], r.op, busy, 1.0 if alloc[i] > 1e-12 else 0.0))
+                                activity=activity_of(costs[i], r.op, busy, 1.0 if alloc[i] > 1e-12 else 0.0),
+                                busy=busy, progress=min(1.0, speed * demands[i] / alone) if alone > 0 else 0.0)
     return out

@@ -12,6 +12,7 @@ Pure: no Kubernetes, no gRPC. Every error is a SimgpuError naming the field (e.g
 from .load import load_node_config, parse_node_config, resolve_node_name
 from .resolve import NodeConfig
 from .schema import (
+    DEFAULT_SLO_SLOWDOWN,
     DEFAULT_TOKEN_SECRET_FILE,
     DEVICES_ALLOWED,
     SHARING_MODES,
@@ -22,6 +23,7 @@ from .schema import (
     GpuGroup,
     MigConfig,
     MigInstance,
+    Qos,
     ReplicatedResource,
     ReplicatedSharing,
     Sharing,
@@ -31,8 +33,8 @@ from .schema import (
 )
 
 __all__ = [
-    "DEFAULT_TOKEN_SECRET_FILE", "DEVICES_ALLOWED", "SHARING_MODES",
+    "DEFAULT_SLO_SLOWDOWN", "DEFAULT_TOKEN_SECRET_FILE", "DEVICES_ALLOWED", "SHARING_MODES",
     "DeviceRef", "Fractional", "FractionalResources", "GpuDevice", "GpuGroup", "MigConfig", "MigInstance",
-    "NodeConfig", "ReplicatedResource", "ReplicatedSharing", "Sharing", "SharingMode", "gpu_uuid",
+    "NodeConfig", "Qos", "ReplicatedResource", "ReplicatedSharing", "Sharing", "SharingMode", "gpu_uuid",
     "load_node_config", "mig_uuid", "parse_node_config", "resolve_node_name",
 ]

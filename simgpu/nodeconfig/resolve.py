@@ -20,6 +20,7 @@ from .schema import (
     GpuDevice,
     GpuGroup,
     MigInstance,
+    Qos,
     ReplicatedResource,
     ReplicatedSharing,
     Sharing,
@@ -41,6 +42,7 @@ class NodeConfig(ConfigModel):
     state_dir: str | None = None  # the device plugin's state (allocation journal); see deviceplugin/statedir.py
     sharing: Sharing = Sharing()
     fractional: Fractional = Fractional()
+    qos: Qos = Qos()
 
     @pydantic.model_validator(mode="after")
     def _consistent(self) -> NodeConfig:

@@ -14,6 +14,7 @@ import pydantic
 from pydantic.alias_generators import to_camel
 
 from fgpu_contracts.keys import GPU_CORES_RESOURCE, GPU_MEMORY_RESOURCE, GPU_RESOURCE
+from fgpu_contracts.policy import SchedulingPolicySpec
 from simgpu.errors import SimgpuError
 
 SharingMode = Literal["exclusive", "timeSlicing", "mps", "fractional"]
@@ -145,6 +146,19 @@ class FractionalResources(ConfigModel):
 class Fractional(ConfigModel):
     resources: FractionalResources = FractionalResources()
     split_count: int = pydantic.Field(default=10, ge=1, le=1000)  # HAMi's deviceSplitCount
+
+
+# A high-priority pod's slowdown bound when its grant names none: the cluster's default (SchedulingPolicy).
+DEFAULT_SLO_SLOWDOWN: float = SchedulingPolicySpec.model_fields["default_slo_slowdown"].default
+
+
+class Qos(ConfigModel):
+    """The node daemon's quality of service: whether it enforces priorities (a low-priority context runs only
+    while no high-priority one has work, as AntMan and HAMi's CUDA_TASK_PRIORITY do), and the slowdown
+    bound of high-priority pods whose grant carries none (pods not placed by fgpu's scheduler)."""
+
+    priorities: bool = True
+    slo_slowdown: float = pydantic.Field(default=DEFAULT_SLO_SLOWDOWN, gt=1.0, le=100.0)
 
 
 class MigConfig(ConfigModel):

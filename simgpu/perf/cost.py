@@ -60,6 +60,20 @@ def gemm_at_power(gpu, params: PerfParams, op: GemmOp, sms: int, *, sustained: b
     return result, mhz
 
 
+def power_demand(gpu, op: Op, sm_count: int | None = None) -> float:
+    """Sustained power demand of `op` running on `sm_count` SMs, in simgpu.perf.power's units (the whole
+    GPU's dynamic power at peak_mhz relative to the budget): SM share x the dtype's demand x how busy the
+    tensor/FP pipes are, as gemm_at_power computes it. Bandwidth-bound kernels have none (the model does
+    not let them move the clock)."""
+    if not isinstance(op, GemmOp):
+        return 0.0
+    params = params_for(gpu)
+    n = check_sm_count(gpu, sm_count)
+    check_dtype(gpu, op.dtype)
+    result, _ = gemm_at_power(gpu, params, op, n, sustained=True)
+    return n / gpu.sms * params.power(op.dtype) * min(1.0, result.compute_s / result.seconds)
+
+
 def kernel_seconds(gpu, op: Op, sms: int | None = None, *, sustained: bool = True,
                    params: PerfParams | None = None) -> float:
     """GPU busy time of one op on `sms` SMs (the building block of co-location)."""

@@ -26,3 +26,14 @@ def clock_mhz(gpu, demand: float, budget: float = 1.0) -> float:
     if demand <= 0:
         return gpu.boost_mhz
     return min(gpu.boost_mhz, gpu.peak_mhz * (demand / budget) ** (-1.0 / 3.0))
+
+
+def board_power(gpu, demand: float, budget: float = 1.0) -> tuple[float, float]:
+    """(SM clock in MHz, dynamic power in W) of a GPU whose running kernels draw `demand` (as clock_mhz
+    takes it). Dynamic power scales as demand x (f / peak_mhz)^3, so at the power limit it is exactly
+    power_w x budget, and below it (clock capped at boost_mhz) it is less. Idle, static and memory-traffic
+    power are not in the model (a bandwidth-bound kernel has no demand): an idle GPU reads 0 W."""
+    mhz = clock_mhz(gpu, demand, budget)
+    if demand <= 0:
+        return mhz, 0.0
+    return mhz, gpu.power_w * demand * (mhz / gpu.peak_mhz) ** 3

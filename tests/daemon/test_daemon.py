@@ -56,15 +56,17 @@ def wait_for(predicate, timeout=10.0, step=0.02):
 
 
 class Daemon:
-    def __init__(self, tmp: Path):
+    """A daemon subprocess on `config` (a node config with a {secret} placeholder), metrics on a free port."""
+
+    def __init__(self, tmp: Path, config: str = CONFIG, args: tuple[str, ...] = ()):
         self.secret_file = tmp / "secret"
         self.config = tmp / "node.yaml"
-        self.config.write_text(CONFIG.format(secret=self.secret_file))
+        self.config.write_text(config.format(secret=self.secret_file))
         self.socket = str(tmp / "run" / "daemon.sock")
         self.log = open(tmp / "daemon.log", "w+")  # noqa: SIM115 - lives as long as the daemon
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "simgpu.cli", "daemon", "--config", str(self.config), "--socket", self.socket,
-             "--metrics-port", "0"], cwd=REPO, stderr=self.log, text=True)
+             "--metrics-port", "0", *args], cwd=REPO, stderr=self.log, text=True)
         assert wait_for(lambda: os.path.exists(self.socket) or self.proc.poll() is not None, 20), "no socket"
         assert self.proc.poll() is None, self.read_log()
         assert wait_for(lambda: "metrics on" in self.read_log(), 10), self.read_log()
@@ -81,6 +83,9 @@ class Daemon:
 
     def token(self, device: str, **grant) -> str:
         return issue_token(self.secret, Grant(device_uuid=device, **grant))
+
+    def scrape(self) -> str:
+        return urllib.request.urlopen(self.metrics_url, timeout=5).read().decode()
 
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)

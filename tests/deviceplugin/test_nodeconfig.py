@@ -93,6 +93,14 @@ def test_time_dilation_bounds():
     assert field_of(cfg(timeDilation=0)).field == "timeDilation"
 
 
+def test_qos_defaults_and_bounds():
+    assert (parse_node_config(cfg()).qos.priorities, parse_node_config(cfg()).qos.slo_slowdown) == (True, 1.2)
+    off = parse_node_config(cfg(qos={"priorities": False, "sloSlowdown": 1.5})).qos
+    assert (off.priorities, off.slo_slowdown) == (False, 1.5)
+    assert field_of(cfg(qos={"sloSlowdown": 1.0})).field == "qos.sloSlowdown"  # 1 would forbid any co-runner
+    assert field_of(cfg(qos={"priority": True})).field == "qos.priority"
+
+
 def test_both_node_sharing_modes_rejected():
     block = {"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}
     assert field_of(cfg(sharing={"timeSlicing": block, "mps": block})).field == "sharing"

@@ -80,10 +80,42 @@ def test_mig_gpu_counters_combine_instances_by_sms():
         busy.launch(cid, GEMM)
     busy.run_until(0.01)
     idle.run_until(0.01)
-    whole = combine([(busy.counters(t_busy), busy.spec.sms), (idle.counters(t_idle), idle.spec.sms)])
+    parts = [(busy.counters(t_busy), busy.spec.sms), (idle.counters(t_idle), idle.spec.sms)]
+    whole = combine(parts)
+    # the board's power is its instances' (each at its share of the limit), its clock their SM-weighted mean
+    assert whole.power_w == pytest.approx(parts[0][0].power_w) and 0 < whole.power_w < H100.power_w
+    assert parts[0][0].sm_clock_mhz < whole.sm_clock_mhz < H100.boost_mhz  # the idle instance at full clock
     assert whole.gr_engine_active == pytest.approx(busy.spec.sms / (busy.spec.sms + idle.spec.sms), rel=0.01)
     assert whole.fb_total == busy.spec.mem_bytes + idle.spec.mem_bytes
 
 
 def test_activity_sum_is_clipped():
     assert total_activity([Activity(sm_active=0.7), Activity(sm_active=0.6)]).sm_active == 1.0
+
+
+def loop_alone(op, kernels, seconds):
+    dev = EmulatedDevice(H100, uuid="GPU-p", mode="exclusive")
+    cid = dev.open()
+    t0 = dev.totals()
+    for _ in range(kernels):
+        dev.launch(cid, op)
+    dev.run_until(seconds)
+    return dev, dev.counters(t0)
+
+
+def test_sm_clock_and_power_follow_the_perf_models_power_limit():
+    idle = EmulatedDevice(H100, uuid="GPU-i", mode="exclusive")
+    now = idle.counters(idle.totals())  # an empty window (a scrape at startup): the current state
+    assert (now.sm_clock_mhz, now.power_w) == (H100.boost_mhz, 0.0)
+    dev, busy = loop_alone(GEMM, 100, 0.1)
+    # a bf16 GEMM loop is power-limited: the board sits at its limit and the clock drops below boost
+    assert busy.power_w == pytest.approx(H100.power_w, rel=0.01)
+    assert H100.peak_mhz * 0.6 < busy.sm_clock_mhz < H100.boost_mhz
+    t1 = dev.totals()
+    dev.run_until_idle()
+    dev.advance(0.1)
+    after = dev.counters(t1)
+    assert after.power_w < busy.power_w and after.sm_clock_mhz > busy.sm_clock_mhz  # averages over the window
+    _, window = loop_alone(STREAM, 20, 0.02)
+    # the model gives bandwidth-bound kernels no power demand: full clock, no modelled power (a stated limit)
+    assert window.sm_clock_mhz == pytest.approx(H100.boost_mhz) and window.power_w == 0.0

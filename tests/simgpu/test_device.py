@@ -193,6 +193,41 @@ def test_high_priority_keeps_its_speed_next_to_a_low_priority_hog(mode):
     assert lo_rate > 0.3 * alone  # the hog fills the gaps: roughly half the time is left to it
 
 
+@pytest.mark.parametrize("mode", ["timeslice", "mps"])
+def test_priorities_off_schedules_everyone_as_one_class_but_keeps_the_declared_priority(mode):
+    def slowdowns(priorities):
+        dev = EmulatedDevice(H100, uuid="GPU-test", mode=mode, priorities=priorities)
+        hi, lo = dev.open(ClientSpec(priority=0)), dev.open(ClientSpec(priority=1))
+        t0 = dev.totals()
+        loop(dev, hi, BIG, 100)
+        loop(dev, lo, BIG, 100)
+        dev.run_until(0.1)
+        c = dev.counters(t0)
+        assert dev.clients[hi].spec.priority == 0  # what metrics and QoS read
+        return c.clients[hi].slowdown, c.clients[lo].slowdown
+
+    hi_on, lo_on = slowdowns(True)
+    hi_off, lo_off = slowdowns(False)
+    assert hi_on < 1.05 and lo_on is None  # the hog gets nothing while high-priority work is queued
+    assert hi_off == pytest.approx(lo_off, rel=0.1) and hi_off > 1.8  # one class: they share
+
+
+@pytest.mark.parametrize("mode", ["timeslice", "mps"])
+def test_a_hard_capped_client_alone_shows_no_slowdown(mode):
+    """Slowdown is against running alone with its own limits: its cap's wait is not interference."""
+    dev = device(mode)
+    cid = dev.open(ClientSpec(compute_share=0.3))
+    t0 = dev.totals()
+    loop(dev, cid, BIG, 200)
+    dev.run_until(0.2)
+    assert dev.counters(t0).clients[cid].slowdown == pytest.approx(1.0, abs=0.01)
+    other = dev.open()
+    t1 = dev.totals()
+    loop(dev, other, BIG, 400)
+    dev.run_until(dev.now + 0.2)
+    assert dev.counters(t1).clients[other].slowdown > 1.1  # its co-runner's share is interference for it
+
+
 def test_equal_priorities_share_equally():
     dev = device("timeslice")
     a, b = dev.open(ClientSpec(priority=1)), dev.open(ClientSpec(priority=1))
