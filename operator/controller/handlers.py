@@ -157,6 +157,7 @@ def _apply_policy(memo: kopf.Memo, spec: SchedulingPolicySpec) -> None:
     """The cluster's new defaults: node and GPU policy for the scheduler, takeover and units for the webhook."""
     memo.scheduler.live.set_default_policy(spec.node_policy)
     memo.scheduler.gpu_policy = spec.gpu_policy
+    memo.scheduler.default_slo = spec.default_slo_slowdown
     memo.admission = memo.admission.model_copy(update={
         "takeover_schedulers": spec.takeover_schedulers, "aliyun_memory_unit": spec.aliyun_memory_unit})
 

@@ -69,6 +69,7 @@ class Scheduler:
         self.gpunodes: dict[str, dict] = {}  # name -> its GPUNode's spec
         self.held = NodeAllocations()  # what each bound pod holds, for GPUNode status
         self.gpu_policy = "binpack"  # the cluster's GPU policy (SchedulingPolicy), for requests naming none
+        self.default_slo = translate.DEFAULT_SLO_SLOWDOWN  # the cluster's slowdown bound for high-priority pods
 
     # --- watch events (synchronous: they only update memory) ---------------------------------------------
     def on_node(self, kind: str, node: dict) -> None:
@@ -218,7 +219,8 @@ class Scheduler:
                 await asyncio.wait([explaining])
             annotations, assignment = {}, None
             if entry.request is not None:
-                assignment = translate.assignment_for(allocation, entry.request, self._gpu_memory(allocation))
+                assignment = translate.assignment_for(allocation, entry.request, self._gpu_memory(allocation),
+                                                      self.default_slo)
                 annotations = translate.binding_annotations(assignment, timestamp(micro=True))
             if not self.is_leader():  # lost the lease while waiting: the new leader decides
                 self.live.release(uid)

@@ -36,8 +36,9 @@ def crd_cluster(k8s, kwok, make_kwok_node):
         custom.create_cluster_custom_object(GROUP, VERSION, keys.GPUNODE_PLURAL, doc)
         make_kwok_node("crd-b", {"nvidia.com/gpu": 20})
         core.patch_node("crd-b", {"metadata": {"annotations": {keys.INVENTORY: fractional_inventory("crd-b", 2)}}})
-        custom.create_cluster_custom_object(GROUP, VERSION, keys.SCHEDULING_POLICY_PLURAL,
-                                            policy("default", "spread", "spread"))
+        default = policy("default", "spread", "spread")
+        default["spec"]["defaultSloSlowdown"] = 1.5
+        custom.create_cluster_custom_object(GROUP, VERSION, keys.SCHEDULING_POLICY_PLURAL, default)
         custom.create_cluster_custom_object(GROUP, VERSION, keys.SCHEDULING_POLICY_PLURAL,
                                             policy("other", "binpack", "binpack"))
     yield
@@ -83,6 +84,8 @@ def test_gpunode_inventory_policy_crd_and_status(k8s, crd_cluster, namespace, tm
             where = wait_for(lambda: placed(core, namespace, spread), what="4 pods bound")
             assert len({gpu for _, gpu in where.values()}) == 4  # spread over every GPU of both nodes
             assert {node for node, _ in where.values()} == {"crd-a", "crd-b"}  # crd-a: from its GPUNode only
+            handoff = json.loads(core.read_namespaced_pod("s0", namespace).metadata.annotations[keys.ASSIGNMENT])
+            assert handoff["containers"][0]["sloSlowdown"] == 1.5  # the cluster's bound, for a high-priority pod
 
             assert wait_for(lambda: accepted(custom, "default"), what="default's status") == ("True", "Applied")
             assert wait_for(lambda: accepted(custom, "other"), what="other's status") == ("False", "NotDefault")
