@@ -66,6 +66,10 @@ def test_scheduler_places_gpu_pods_by_capacity(k8s, kube_scheduler, make_kwok_no
 OPERATOR = textwrap.dedent('''
     import kopf
 
+    @kopf.on.login()  # the test gives this operator a registry of its own, without Kopf's default login
+    def login(**kwargs):
+        return kopf.login_with_kubeconfig(**kwargs)
+
     @kopf.on.create("v1", "pods", labels={"fgpu-smoke": "kopf"})
     def saw_pod(patch, name, **_):
         patch.metadata.annotations["fgpu.io/kopf-saw"] = name
@@ -73,6 +77,7 @@ OPERATOR = textwrap.dedent('''
 
 
 def test_kopf_operator_sees_pod_create(k8s, namespace, tmp_path, kubeconfig_env):
+    import kopf
     from kopf.testing import KopfRunner
 
     operator = tmp_path / "smoke_operator.py"
@@ -85,13 +90,19 @@ def test_kopf_operator_sees_pod_create(k8s, namespace, tmp_path, kubeconfig_env)
     }
     with k8s.api() as api:
         core = client.CoreV1Api(api)
-        with KopfRunner(["run", "--standalone", "--namespace", namespace, str(operator)], timeout=60) as runner:
-            core.create_namespaced_pod(namespace, pod)
-            saw = wait_for(
-                lambda: (core.read_namespaced_pod("watched", namespace).metadata.annotations or {}).get(
-                    "fgpu.io/kopf-saw"),
-                60, "the Kopf handler to annotate the pod")
-            assert saw == "watched"
+        # A registry of its own: in one pytest run other tests import fgpu's handlers into Kopf's default one.
+        previous = kopf.get_default_registry()
+        try:
+            with KopfRunner(["run", "--standalone", "--namespace", namespace, str(operator)], timeout=60,
+                            registry=kopf.OperatorRegistry()) as runner:
+                core.create_namespaced_pod(namespace, pod)
+                saw = wait_for(
+                    lambda: (core.read_namespaced_pod("watched", namespace).metadata.annotations or {}).get(
+                        "fgpu.io/kopf-saw"),
+                    60, "the Kopf handler to annotate the pod")
+                assert saw == "watched"
+        finally:
+            kopf.set_default_registry(previous)
     assert runner.exception is None
     assert runner.exit_code == 0
     assert "saw_pod" in runner.output and "succeeded" in runner.output
