@@ -19,8 +19,9 @@ e2e tests (tests/e2e/operator_proc.py). In order:
 
 Nodes: one set of --nodes KWOK nodes, each with --gpus-per-node GPUs, shared by both schedulers, which run one
 at a time (the other is stopped): a scheduler process is started for its setting, runs its modes, and is
-stopped; between runs every pod is deleted (grace 0) and a new namespace is used. Every node carries the fgpu
-GPU inventory annotation (fractional GPUs, splitCount 10). Before fgpu's runs the nodes advertise
+stopped; between runs every pod is deleted (grace 0), the scheduler is left to take that in (until it uses
+under 35% of a core; how long is logged and kept in the JSON), and a new namespace is used. Every node carries
+the fgpu GPU inventory annotation (fractional GPUs, splitCount 10). Before fgpu's runs the nodes advertise
 `nvidia.com/gpu: 10 x GPUs` (a fractional node's device slots, which the operator counts), before
 kube-scheduler's `nvidia.com/gpu: GPUs` (whole GPUs): node status is patched between the two.
 
@@ -407,9 +408,23 @@ class Bench:
             f"p99 {row['p99']:.2f} s, created {row['created_per_s']:.0f}/s, RSS {hwm:.0f} MB peak")
         start = time.perf_counter()
         asyncio.run(delete_pods(self.creds, namespace, [b["metadata"]["name"] for b in bodies]))
-        log(f"  pods deleted in {time.perf_counter() - start:.1f} s")
-        time.sleep(1.0)  # the scheduler takes in the deletions
+        deleted = time.perf_counter()
+        busy = settle(pid)
+        row.update(delete_s=deleted - start, busy_after_delete_s=busy)
+        log(f"  pods deleted in {deleted - start:.1f} s; the scheduler was busy {busy:.1f} s more taking that in")
         return row
+
+
+def settle(pid: int, idle: float = 0.35, step: float = 2.0, limit: float = 300.0) -> float:
+    """Wait until the scheduler uses less than `idle` of a core over `step` s (so one run does not inherit the
+    previous run's deletions); the seconds that took, up to `limit`."""
+    start = time.perf_counter()
+    while time.perf_counter() - start < limit:
+        before = proc_cpu(pid)
+        time.sleep(step)
+        if proc_cpu(pid) - before < idle * step:
+            break
+    return max(0.0, time.perf_counter() - start - step)
 
 
 def summarize(trace: Trace, cpu: dict[str, float]) -> dict:
