@@ -140,6 +140,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="give up on a run when nothing was bound for this long, seconds (default 90; quick 30)")
     ap.add_argument("--plot", type=Path, default=REPO / "out" / "scheduler.png", help="PNG of bound pods over time")
     ap.add_argument("--out-json", type=Path, help="write the results as JSON here")
+    ap.add_argument("--keep-logs", action="store_true", help="keep the control plane's and operator's logs")
     args = ap.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     args.nodes = args.nodes or sizes["nodes"]
@@ -600,7 +601,7 @@ def main() -> int:
         bench.stop()
         plane.stop()
         shutil.rmtree(workdir / "etcd", ignore_errors=True)
-        if ok:
+        if ok and not args.keep_logs:
             shutil.rmtree(workdir, ignore_errors=True)
         else:
             log(f"logs kept in {workdir / 'plane'} and {workdir}/operator-*.log")

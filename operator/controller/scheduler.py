@@ -222,9 +222,10 @@ class Scheduler:
                 assignment = translate.assignment_for(allocation, entry.request, self._gpu_memory(allocation),
                                                       self.default_slo)
                 annotations = translate.binding_annotations(assignment, timestamp(micro=True))
-            if not self.is_leader():  # lost the lease while waiting: the new leader decides
+            if not self.is_leader():  # lost the lease while waiting: whoever leads next decides
                 self.live.release(uid)
                 self.metrics.bind("not_leader")
+                self.queue.push(uid, entry, entry.key)  # kept for when we lead again; a bind seen drops it
                 return
             out = await bind(self.api, ns, name, uid, allocation.node, annotations)
             self.metrics.bind(out.result.value, entry.pod)

@@ -145,3 +145,31 @@ def test_a_node_heartbeat_is_not_parsed_again(monkeypatch):
     cordoned["spec"] = {"unschedulable": True}
     s.on_node("MODIFIED", cordoned)
     assert len(calls) == 2 and s.live.specs["n"].unschedulable
+
+
+def test_a_pod_decided_just_before_losing_the_lease_is_placed_once_leading_again():
+    async def scenario():
+        api, events = FakeApi(), FakeEvents()
+        answers = iter([True, False])  # leader when popped, not by the time its Binding would go out
+        leading = {"now": False}
+        s = Scheduler(LiveCluster(policy="binpack"), api, events,
+                      is_leader=lambda: next(answers, leading["now"]))
+        loop = asyncio.create_task(s.run())
+        node = {"metadata": {"name": "n", "annotations": {
+            keys.INVENTORY: fractional_inventory("n", 1, uuid=lambda i: f"GPU-{i}")}},
+            "status": {"allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"}}}
+        s.on_node("ADDED", node)
+        s.on_pod("ADDED", pod("a", 300))
+        await asyncio.sleep(0.05)
+        await s.drain()
+        assert not [c for c in api.calls if c[1].endswith("/binding")]
+        assert "a" not in s.live.allocations  # its reservation is given back ...
+        assert "a" in s.queue  # ... and the pod kept, not dropped
+        leading["now"] = True
+        s.retry_waiting()  # what the leadership watcher calls on acquiring the lease
+        await asyncio.sleep(0.05)
+        await s.drain()
+        assert [c[1] for c in api.calls if c[1].endswith("/binding")] == ["/api/v1/namespaces/ns/pods/a/binding"]
+        loop.cancel()
+
+    asyncio.run(scenario())
