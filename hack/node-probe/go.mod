@@ -1,0 +1,3 @@
+module fgpu.local/node-probe
+
+go 1.21
