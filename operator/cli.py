@@ -9,7 +9,7 @@ import sys
 from fgpu_operator.placement.errors import PlacementInputError
 
 COMMAND_MODULES = ("fgpu_operator.sim.command", "fgpu_operator.controller.command",
-                   "fgpu_operator.inspect.command")
+                   "fgpu_operator.inspect.command", "fgpu_operator.observe.command")
 
 
 class _OneLineParser(argparse.ArgumentParser):
