@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 FGPU_CACHE ?= $(HOME)/.cache/fgpu
 export FGPU_CACHE
 
-.PHONY: demo test testbin install lint unit e2e bench prometheus clean
+.PHONY: demo test testbin install lint unit e2e bench prometheus clean image chart-docs kind-up kind-down minikube-up minikube-down
 
 $(STAMP): pyproject.toml setup.py
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "fgpu needs Python >= 3.11")'
@@ -48,6 +48,27 @@ unit: $(STAMP)
 
 bench: $(STAMP)
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+## The container image of every component (Dockerfile); needs Docker.
+IMAGE ?= fgpu:dev
+image:
+	@command -v docker >/dev/null || { echo "make image: needs docker (not found on PATH)" >&2; exit 1; }
+	@docker info >/dev/null 2>&1 || { echo "make image: docker is installed but its daemon does not answer" >&2; exit 1; }
+	docker build -t $(IMAGE) .
+
+## Rewrite charts/fgpu/values.schema.json and the chart README's values table (charts/chartgen.py).
+chart-docs: $(STAMP)
+	$(PY) -m charts.chartgen
+
+## Quick start: a kind (or minikube) cluster with emulated GPUs, fgpu, Prometheus + Grafana, the example pods.
+kind-up:
+	IMAGE=$(IMAGE) deploy/quickstart.sh kind up
+kind-down:
+	deploy/quickstart.sh kind down
+minikube-up:
+	IMAGE=$(IMAGE) deploy/quickstart.sh minikube up
+minikube-down:
+	deploy/quickstart.sh minikube down
 
 clean:
 	rm -rf $(VENV) out build *.egg-info
