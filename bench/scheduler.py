@@ -119,6 +119,17 @@ def parse_modes(text: str) -> list[str]:
     return list(dict.fromkeys(modes))
 
 
+SCHEDULERS = ("fgpu", "kube-scheduler")
+
+
+def parse_schedulers(text: str) -> list[str]:
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [n for n in names if n not in SCHEDULERS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"{text!r}: allowed: a comma-separated list of {', '.join(SCHEDULERS)}")
+    return names
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true",
@@ -140,6 +151,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="give up on a run when nothing was bound for this long, seconds (default 90; quick 30)")
     ap.add_argument("--plot", type=Path, default=REPO / "out" / "scheduler.png", help="PNG of bound pods over time")
     ap.add_argument("--out-json", type=Path, help="write the results as JSON here")
+    ap.add_argument("--schedulers", type=parse_schedulers, default=list(SCHEDULERS),
+                    help="comma-separated, of: " + ", ".join(SCHEDULERS))
     ap.add_argument("--keep-logs", action="store_true", help="keep the control plane's and operator's logs")
     args = ap.parse_args(argv)
     sizes = QUICK if args.quick else FULL
@@ -587,7 +600,7 @@ def main() -> int:
         if not args.small:
             bench.add_nodes(args.nodes)
             for setting in args.settings:
-                for scheduler in ("fgpu", "kube-scheduler"):
+                for scheduler in args.schedulers:
                     pid = bench.start(scheduler, setting)
                     for mode in args.modes:
                         bench.run(scheduler, pid, setting.label, mode, args.pods)

@@ -88,6 +88,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     settings.posting.enabled = False  # no Kopf log events on objects
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 60
+    settings.persistence.diffbase_storage = NoDiffBase()
     if CONFIG.webhook_port:
         settings.admission.server = _webhook_server()
         if CONFIG.manage_webhook_config:
@@ -125,6 +126,21 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
         memo.tasks.append(asyncio.create_task(_wake_on_leadership(elector, memo)))
     log.info("fgpu scheduler started: %d nodes, %d allocations restored", len(memo.scheduler.live.specs),
              len(memo.scheduler.live.allocations))
+
+
+class NoDiffBase(kopf.DiffBaseStorage):
+    """Kopf builds (deep-copies) a diff-base of every object on every event for change-detecting handlers;
+    fgpu has none (only on.event, indexes, webhooks), so there is nothing to diff: with this the copy of each
+    pod, 13% of the operator's CPU under a burst (py-spy, 2,400 pods), is not made."""
+
+    def build(self, *, body, extra_fields=None):
+        return kopf.BodyEssence()
+
+    def fetch(self, *, body):
+        return None
+
+    def store(self, *, body, patch, essence) -> None:
+        return None
 
 
 def _webhook_server() -> kopf.WebhookServer:

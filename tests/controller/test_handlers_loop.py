@@ -13,3 +13,15 @@ from fgpu_operator.controller import handlers
 @pytest.mark.parametrize("name", ["node_event", "pod_event", "gpunode_event", "policy_event"])
 def test_watch_handlers_run_on_the_schedulers_loop(name):
     assert asyncio.iscoroutinefunction(getattr(handlers, name))
+
+
+def test_no_change_detecting_handlers_so_no_diffbase_is_needed():
+    """handlers.NoDiffBase skips Kopf's per-event diff-base: right only while no handler diffs old and new."""
+    import kopf
+
+    from fgpu_operator.controller import handlers
+
+    registry = kopf.get_default_registry()
+    assert registry._watching.get_all_handlers(), "fgpu's on.event handlers are registered"
+    assert not registry._changing.get_all_handlers(), "a create/update/field handler needs Kopf's diff-base back"
+    assert handlers.NoDiffBase().fetch(body={}) is None

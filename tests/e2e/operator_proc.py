@@ -96,3 +96,26 @@ def install_crds(k8s) -> None:
                 return True
 
             wait_for(served, 30, f"{plural}.{group} to be served")
+
+
+def wait_webhook_live(core, namespace: str, timeout: float = 60.0) -> None:
+    """The apiserver calls a webhook once its own informer has seen the configuration, a moment after the
+    configuration exists: until then pods are admitted unmutated. Dry-run a GPU pod until it comes back routed
+    to fgpu (dry-run calls webhooks without side effects and creates nothing)."""
+    from kubernetes.client.rest import ApiException
+    from polling import wait_for
+
+    probe = {"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": "fgpu-webhook-probe", "annotations": {keys.FGPU_FRACTION: "0.1"}},
+             "spec": {"containers": [{"name": "probe", "image": "busybox"}]}}
+
+    def routed() -> bool:
+        try:
+            pod = core.create_namespaced_pod(namespace, probe, dry_run="All")
+        except ApiException as e:  # the webhook's server may answer a moment after its configuration exists
+            if e.status == 400 and "fgpu" in (e.body or ""):
+                raise
+            return False
+        return pod.spec.scheduler_name == keys.SCHEDULER_NAME
+
+    wait_for(routed, timeout, "the apiserver to call fgpu's mutating webhook")

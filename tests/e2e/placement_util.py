@@ -12,7 +12,7 @@ import pytest
 from kubeplane import free_port
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from operator_proc import start_operator, stop
+from operator_proc import start_operator, stop, wait_webhook_live
 from polling import wait_for
 
 from fgpu_contracts import keys
@@ -198,15 +198,7 @@ def operator_with_webhook(k8s, tmp_path, base_nodes):
     proc = start_operator(k8s, tmp_path, "--webhook-port", str(free_port()), "--webhook-host", "127.0.0.1",
                           "--manage-webhook-config")
     try:
-        probe = pod("probe", ["none"], annotations={keys.FGPU_FRACTION: "1.5"})
-
-        def answering():  # the configuration exists and the webhook denies a bad pod (dry run: nothing kept)
-            try:
-                core.create_namespaced_pod(namespace, probe, dry_run="All")
-            except ApiException as e:
-                return e.status == 400 and keys.FGPU_FRACTION in (e.body or "")
-            return False
-        wait_for(answering, what="the fgpu webhook answering")
+        wait_webhook_live(core, namespace)
         yield Operator(core, namespace)
     finally:
         stop(proc)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from operator_proc import gpu_node, share_pod, start_operator, stop
+from operator_proc import gpu_node, share_pod, start_operator, stop, wait_webhook_live
 from polling import wait_for
 
 from fgpu_contracts import keys
@@ -87,6 +87,7 @@ def test_webhook_normalises_a_hami_pod_and_denies_a_bad_one(k8s, kwok, make_kwok
             core = client.CoreV1Api(api)
             reg = client.AdmissionregistrationV1Api(api)
             wait_for(lambda: reg.list_mutating_webhook_configuration().items, what="webhook configuration")
+            wait_webhook_live(core, namespace)
             hami = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hami"},
                     "spec": {"containers": [{"name": "cuda", "image": "busybox", "resources": {"limits": {
                         "nvidia.com/gpu": "1", "nvidia.com/gpumem": "8192", "nvidia.com/gpucores": "30"}}}]}}

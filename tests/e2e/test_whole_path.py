@@ -8,7 +8,7 @@ import json
 
 import pytest
 from kubeplane import free_port
-from operator_proc import start_operator, stop
+from operator_proc import start_operator, stop, wait_webhook_live
 from plugin_proc import running_plugin
 from polling import wait_for
 
@@ -45,6 +45,7 @@ def test_pod_to_allocate_env(k8s, namespace, tmp_path):
             with k8s.api() as api:
                 reg = client.AdmissionregistrationV1Api(api)
                 wait_for(lambda: reg.list_mutating_webhook_configuration().items, what="webhook configuration")
+            wait_webhook_live(core, namespace)
             pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "infer", "annotations": {
                        keys.FGPU_FRACTION: "0.3", keys.FGPU_MEMORY: "6Gi"}},
                    "spec": {"nodeSelector": {"fgpu-e2e": "whole-path"},
