@@ -81,6 +81,8 @@ def draw(board: Board, panels: Sequence[tuple[Panel, list[tuple[str, Series]]]],
         ax.set_ylabel(unit)
         lo = None if panel.min is None else panel.min * scale
         hi = None if panel.max is None else panel.max * scale
+        if lo is not None and hi is not None:  # a little room, so a line at a bound stays visible
+            lo, hi = lo - 0.03 * (hi - lo), hi + 0.03 * (hi - lo)
         ax.set_ylim(bottom=lo, top=hi)
         ax.set_xlim(datetime.fromtimestamp(window.start, UTC), datetime.fromtimestamp(window.end, UTC))
         ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S"))

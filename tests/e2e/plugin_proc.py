@@ -21,10 +21,11 @@ from simgpu.nodeconfig import parse_node_config  # noqa: E402
 
 
 @contextlib.contextmanager
-def running_plugin(k8s, node: str, config: str, secret: bytes,
-                   labels: dict[str, str] | None = None) -> Iterator[tuple[object, StubKubelet, object]]:
+def running_plugin(k8s, node: str, config: str, secret: bytes, labels: dict[str, str] | None = None,
+                   args: tuple[str, ...] = ()) -> Iterator[tuple[object, StubKubelet, object]]:
     """Create Node `node` (with `labels`), start the stub kubelet and `fgpu-device-plugin` for it with the
-    simgpu node config `config`; yield (CoreV1Api, kubelet, parsed config); stop both and delete the node."""
+    simgpu node config `config` (and more command-line `args`); yield (CoreV1Api, kubelet, parsed config);
+    stop both and delete the node."""
     from kubernetes import client
 
     workdir = tempfile.mkdtemp(prefix="dpe", dir="/tmp")  # short: unix socket paths are limited to 108 bytes
@@ -39,7 +40,7 @@ def running_plugin(k8s, node: str, config: str, secret: bytes,
         proc = subprocess.Popen(
             [sys.executable, "-m", "deviceplugin.cli", "--config", str(cfg_path), "--node-name", node,
              "--device-plugin-path", workdir, "--kubeconfig", k8s.kubeconfig, "--daemon-socket",
-             "/run/fgpu/daemon.sock"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             "/run/fgpu/daemon.sock", *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
             yield core, kubelet, parse_node_config(yaml.safe_load(config))
         finally:
