@@ -253,6 +253,8 @@ class ControlPlane:
             "--allow-privileged=true",
             # a loopback advertise address is not a valid Endpoints address: don't reconcile `kubernetes`
             "--endpoint-reconciler-type=none",
+            # the real-kubelet node's Hostname address is a name no DNS resolves: reach kubelets by IP
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
             "--profiling=false",
         ])
         apiserver.wait_ready(lambda: http_ok(f"{self.server}/readyz", self.token), 120, "/readyz answering ok")
