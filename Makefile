@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 FGPU_CACHE ?= $(HOME)/.cache/fgpu
 export FGPU_CACHE
 
-.PHONY: demo test testbin install lint unit e2e bench prometheus clean image chart-docs kind-up kind-down minikube-up minikube-down
+.PHONY: demo test testbin node-setup install lint unit e2e bench prometheus clean image chart-docs kind-up kind-down minikube-up minikube-down
 
 $(STAMP): pyproject.toml setup.py
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "fgpu needs Python >= 3.11")'
@@ -26,6 +26,10 @@ demo: $(STAMP)
 testbin:
 	@hack/testbin.sh
 
+## containerd, runc and CNI plugins from Debian + the real-kubelet test's configs and image (idempotent; needs root).
+node-setup:
+	@hack/node-setup.sh
+
 ## Debian's prometheus server + promtool, for the metrics tests.
 prometheus:
 	@command -v prometheus >/dev/null && command -v promtool >/dev/null || \
@@ -41,7 +45,9 @@ test: $(STAMP) prometheus
 	$(VENV)/bin/ruff check .
 	@dir=$$(hack/testbin.sh) || exit 1; \
 	  echo "control plane binaries: $$dir"; \
-	  FGPU_TESTBIN="$$dir" FGPU_REQUIRE_E2E=1 $(PY) -m pytest -ra -p no:cacheprovider tests
+	  node=$$(hack/node-setup.sh) || exit 1; \
+	  echo "real-kubelet node setup: $$node"; \
+	  FGPU_TESTBIN="$$dir" FGPU_NODE="$$node" FGPU_REQUIRE_E2E=1 $(PY) -m pytest -ra -p no:cacheprovider tests
 
 unit: $(STAMP)
 	$(PY) -m pytest -ra -m 'not e2e' tests
