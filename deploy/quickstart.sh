@@ -39,7 +39,7 @@ install_stack() {
     step "installing kube-prometheus-stack $KPS_VERSION (namespace monitoring)"
     helm repo add prometheus-community https://prometheus-community.github.io/helm-charts --force-update >/dev/null
     "${helm[@]}" upgrade --install monitoring prometheus-community/kube-prometheus-stack --version "$KPS_VERSION" \
-      --namespace monitoring --create-namespace -f "$ROOT/deploy/values/kube-prometheus-stack.yaml" --wait --timeout 10m
+      --namespace monitoring --create-namespace -f "$ROOT/deploy/monitoring/kube-prometheus-stack.yaml" --wait --timeout 10m
   fi
   local extra=()
   [ "${SKIP_MONITORING:-0}" = 1 ] && extra=(--set metrics.serviceMonitor.enabled=false)
