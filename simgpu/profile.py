@@ -74,3 +74,56 @@ def profile_document(gpu: GPUSpec, params: PerfParams, **extra: object) -> dict:
     plain = json.loads(json.dumps(extra, default=str))  # e.g. torch's version object -> str
     return {"version": PROFILE_VERSION, "gpu": spec.model_dump(mode="json"),
             "perf_params": params.model_dump(mode="json"), **plain}
+
+
+# --- the host's part (`simgpu calibrate --host`) -------------------------------------------------------------
+HOST_KEYS = ("host_floor_s", "host_latency_s", "host_dispatch_s")
+
+
+def host_params(measured: dict) -> dict:
+    """The model's host constants from simgpu.calibrate_host.measure_host()'s output: per path ("default" =
+    the GEMM paths' median, a dtype, or "copy" for elementwise ops) the floor and the latency of an
+    event-timed op, and the CPU time to issue one op back to back."""
+    return {"host_floor_s": {str(k): float(v) for k, v in measured["host_floor_s"].items()},
+            "host_latency_s": {str(k): float(v) for k, v in measured["host_latency_s"].items()},
+            "host_dispatch_s": float(measured["host_dispatch_s"])}
+
+
+def host_document(measured: dict) -> dict:
+    """The YAML document `simgpu calibrate --host` writes (load_host reads it back)."""
+    plain = json.loads(json.dumps({k: measured[k] for k in ("info", "probe") if k in measured}, default=str))
+    return {"version": PROFILE_VERSION, "kind": "host", "host": host_params(measured),
+            "measured_on": plain.get("info", {}), "probe": plain.get("probe", "")}
+
+
+def load_host(path: str | Path) -> dict:
+    """A host file's constants ({host_floor_s: {...}, host_latency_s: {...}, host_dispatch_s})."""
+    p = Path(path)
+    try:
+        doc = yaml.safe_load(p.read_text())
+    except OSError as err:
+        raise SimgpuError(f"cannot read {p}: {err.strerror}", field="host",
+                          allowed=["a YAML file written by `simgpu calibrate --host`"]) from None
+    except yaml.YAMLError as err:
+        raise SimgpuError(f"{p} is not valid YAML: {str(err).splitlines()[0]}", field="host") from None
+    host = doc.get("host") if isinstance(doc, dict) else None
+    if not isinstance(host, dict) or set(host) != set(HOST_KEYS):
+        raise SimgpuError(f"{p}: expected a mapping `host` with {', '.join(HOST_KEYS)}", field="host")
+    for key in ("host_floor_s", "host_latency_s"):
+        value = host[key]
+        if (not isinstance(value, dict) or "default" not in value
+                or not all(isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < 1 for v in value.values())):
+            raise SimgpuError(f"{p}: {key} must map 'default' (and dtypes, 'copy') to seconds in [0, 1)",
+                              field=f"host.{key}")
+    dispatch = host["host_dispatch_s"]
+    if isinstance(dispatch, bool) or not isinstance(dispatch, int | float) or not 0 <= dispatch < 1:
+        raise SimgpuError(f"{p}: host_dispatch_s must be seconds in [0, 1)", field="host.host_dispatch_s")
+    return {**{key: {str(k): float(v) for k, v in host[key].items()} for key in ("host_floor_s", "host_latency_s")},
+            "host_dispatch_s": float(dispatch)}
+
+
+def with_host(gpu: GPUSpec, host: dict) -> FittedGPU:
+    """The same GPU (its own constants, or its architecture's) on a host with these host constants."""
+    from simgpu.perf.params import params_for
+
+    return with_params(gpu, params_for(gpu).model_copy(update={k: host[k] for k in HOST_KEYS}))

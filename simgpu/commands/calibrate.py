@@ -1,5 +1,9 @@
 """`simgpu calibrate --out PROFILE.yaml`: measure this machine's GPU (PyTorch + an NVIDIA GPU), fit the
-performance model's constants to it and write a profile that `--profile PROFILE.yaml` loads."""
+performance model's constants to it and write a profile that `--profile PROFILE.yaml` loads.
+
+`simgpu calibrate --host --out HOST.yaml` measures only this host's part of an op's time (the framework's
+dispatch and the driver's launch latency, simgpu/calibrate_host.py) in a few seconds; `--host HOST.yaml`
+on `simgpu predict` (or a `host` section in a profile) applies it to any GPU's constants."""
 from __future__ import annotations
 
 import argparse
@@ -18,6 +22,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("calibrate", help="measure this GPU and write a fitted profile",
                               description=__doc__)
     p.add_argument("--out", required=True, help="profile YAML to write")
+    p.add_argument("--host", action="store_true",
+                   help="measure only this host's dispatch + launch latency (seconds) and write it as a host file")
     p.add_argument("--measurements-out", help="also write the raw measurements (JSON) here")
     p.add_argument("--from-measurements", metavar="JSON",
                    help="fit measurements taken earlier (this command's or calibration/measure.py's) instead of measuring")
@@ -59,15 +65,38 @@ def measured_spec(base, info: dict):
     return base.model_copy(update={**update, "aliases": aliases})
 
 
-def _progress_measure(args: argparse.Namespace) -> dict:
+def _need_gpu() -> None:
+    """One clear error (exit 2) where there is no PyTorch, no driver or no GPU."""
     try:
         import torch
     except ImportError:
         raise SimgpuError("PyTorch is not installed here", field="torch",
                           allowed=["a machine with PyTorch and an NVIDIA GPU", "--from-measurements JSON"]) from None
     if not torch.cuda.is_available():
-        raise SimgpuError("no CUDA GPU visible to PyTorch", field="gpu",
+        raise SimgpuError("no CUDA GPU visible to PyTorch (no NVIDIA driver or device here)", field="gpu",
                           allowed=["a machine with an NVIDIA GPU", "--from-measurements JSON"])
+
+
+def run_host(args: argparse.Namespace) -> int:
+    """Measure this host's part (seconds) and write it as a host file."""
+    from simgpu import calibrate_host
+    from simgpu.profile import host_document
+
+    _need_gpu()
+    meas = calibrate_host.measure_host()
+    doc = host_document(meas)
+    Path(args.out).write_text(yaml.safe_dump(doc, sort_keys=False))
+    if args.measurements_out:
+        Path(args.measurements_out).write_text(json.dumps(meas, indent=1))
+    host = doc["host"]
+    print(f"host floor {host['host_floor_s']['default'] * 1e6:.1f} us, latency {host['host_latency_s']['default'] * 1e6:.1f} us"
+          f" (GEMM paths), dispatch {host['host_dispatch_s'] * 1e6:.1f} us per op ({meas['seconds']:.0f} s); wrote {args.out}",
+          file=sys.stderr)
+    return 0
+
+
+def _progress_measure(args: argparse.Namespace) -> dict:
+    _need_gpu()
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from simgpu import calibrate_measure as cm
@@ -93,6 +122,11 @@ def run(args: argparse.Namespace) -> int:
     from simgpu.calibrate import evaluate, fit_params
     from simgpu.profile import profile_document, with_params
 
+    if args.host:
+        if args.from_measurements:
+            raise SimgpuError("--host measures this machine; it takes no --from-measurements",
+                              field="from_measurements", allowed=["--host alone"])
+        return run_host(args)
     if args.from_measurements:
         try:
             meas = json.loads(Path(args.from_measurements).read_text())
