@@ -35,7 +35,8 @@ CNI_STATE = Path("/run/fgpu-e2e")  # host-local's dataDir (/run/fgpu-e2e/cni) in
 NODE_ENV = "node.env"  # key=value facts hack/node-setup.sh wrote (image names, bridge)
 K8S_NAMESPACE = "k8s.io"  # containerd namespace of the CRI plugin
 CGROUPS = "/sys/fs/cgroup/*/k8s.io"  # containerd's cgroup parent for pods when the kubelet makes no QoS tree
-RUN_PREFIX = "fgpu-rk"  # /tmp/fgpu-rkXXXXXXXX: one node's containerd root/state, kubelet root, sockets
+RUN_PREFIX = "fgpu-rk"
+TAINT = "fgpu.io/e2e-real-node"  # the node's NoSchedule taint; pods meant for it tolerate it  # /tmp/fgpu-rkXXXXXXXX: one node's containerd root/state, kubelet root, sockets
 
 
 class NodeSetupError(Exception):
@@ -227,6 +228,9 @@ class RealNode:
             "podLogsDir": str(self.run / "pod-logs"),
             "nodeStatusUpdateFrequency": "2s",  # capacity from the device plugin shows up quickly
             "registerNode": True,
+            # only pods that ask for this node land on it: in a whole-suite run, a stray pending pod bound here
+            # by a scheduler would take the node's devices (and never start: its image cannot be pulled)
+            "registerWithTaints": [{"key": TAINT, "value": "true", "effect": "NoSchedule"}],
             "serializeImagePulls": False,
         }
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kubelet_proc import CHECKPOINT, DEVICE_PLUGIN_DIR, NodeSetupError, RealNode, node_dir
+from kubelet_proc import CHECKPOINT, DEVICE_PLUGIN_DIR, TAINT, NodeSetupError, RealNode, node_dir
 from kubeplane import ComponentError, free_port
 from operator_proc import install_crds, start_operator, stop
 from polling import wait_for
@@ -151,6 +151,7 @@ def probe_pod(name: str) -> dict:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "annotations": {
                 keys.FGPU_FRACTION: "0.3", keys.FGPU_MEMORY: "6Gi"}},
             "spec": {"nodeSelector": {"kubernetes.io/hostname": NODE},
+                     "tolerations": [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}],
                      "automountServiceAccountToken": False, "enableServiceLinks": False,
                      "terminationGracePeriodSeconds": 2,
                      "containers": [{"name": "main", "image": "fgpu.local/e2e/fgpu-probe:v1",
@@ -236,6 +237,7 @@ def test_node_registers_and_advertises_the_plugins_devices(real_node, stack, cor
         assert info["kubeletVersion"] == client.VersionApi(api).get_code().git_version
     assert info["containerRuntimeVersion"].startswith("containerd://")
     assert {"type": "InternalIP", "address": real_node.ip} in status["addresses"]
+    assert [t["key"] for t in node["spec"]["taints"]] == [TAINT]  # registered with it; not-ready lifted
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "True", ready
     # the plugin published the node's fractional inventory and accounting resources next to the kubelet's own
