@@ -85,6 +85,9 @@ version = 2
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$SANDBOX_IMAGE"
   restrict_oom_score_adj = true
+  # pod network namespaces under the (per-run) state dir rather than /run/netns: a run's teardown, or the
+  # next run after a crash, finds and removes them with the rest
+  netns_mounts_under_state_dir = true
   enable_selinux = false
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"

@@ -30,7 +30,8 @@ from kubeplane import Component, ComponentError, free_port, http_ok
 DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")  # fixed in the kubelet
 CHECKPOINT = DEVICE_PLUGIN_DIR / "kubelet_internal_checkpoint"
 LOCK = Path("/run/fgpu-e2e-node.lock")
-NETNS_DIR = Path("/run/netns")  # where containerd's CRI plugin pins pod network namespaces
+NETNS_DIR = Path("/run/netns")  # containerd's default for pod netns (ours go under its state dir instead)
+MADE_VAR_LIB_KUBELET = Path("/run/fgpu-e2e-node.made-var-lib-kubelet")  # survives a killed run: remove it later
 CNI_STATE = Path("/run/fgpu-e2e")  # host-local's dataDir (/run/fgpu-e2e/cni) in hack/node-setup.sh's conflist
 NODE_ENV = "node.env"  # key=value facts hack/node-setup.sh wrote (image names, bridge)
 K8S_NAMESPACE = "k8s.io"  # containerd namespace of the CRI plugin
@@ -98,6 +99,16 @@ def _shims(address: Path) -> list[int]:
     return pids
 
 
+def _remove_cgroups(cgroups) -> None:
+    """rmdir each cgroup and its children, deepest first; the kernel refuses any that still holds a process."""
+    for cgroup in cgroups:
+        for sub in sorted((d for d in cgroup.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)):
+            with contextlib.suppress(OSError):
+                sub.rmdir()
+        with contextlib.suppress(OSError):
+            cgroup.rmdir()
+
+
 def _probe_processes() -> list[int]:
     """Processes running the probe image's program (a pod's container or a sandbox that outlived its pod)."""
     pids = []
@@ -137,7 +148,9 @@ class RealNode:
         self._take_lock(lock_timeout)
         self._clear_stale()
         self._netns_before = set(os.listdir(NETNS_DIR)) if NETNS_DIR.is_dir() else None
-        self._made_var_lib_kubelet = not Path("/var/lib/kubelet").exists()
+        if not Path("/var/lib/kubelet").exists():
+            MADE_VAR_LIB_KUBELET.touch()
+        self._made_var_lib_kubelet = MADE_VAR_LIB_KUBELET.exists()
         self._cgroups_before = set(Path("/").glob(CGROUPS.lstrip("/")))
         self._start_containerd()
         self._start_kubelet()
@@ -166,14 +179,22 @@ class RealNode:
         for pid in _probe_processes():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while _probe_processes() and time.monotonic() < deadline:  # gone before their cgroups are removed
+            time.sleep(0.1)
         for run in stale:
             for point in _mounts():
                 if point.startswith(f"{run}/"):
                     subprocess.run(["umount", "-l", point], capture_output=True)
             shutil.rmtree(run, ignore_errors=True)
+        _remove_cgroups(Path("/").glob(CGROUPS.lstrip("/")))  # only empty ones go: rmdir refuses the others
         shutil.rmtree(CNI_STATE, ignore_errors=True)
         for leftover in (DEVICE_PLUGIN_DIR / "kubelet.sock", CHECKPOINT):
             leftover.unlink(missing_ok=True)
+        if DEVICE_PLUGIN_DIR.is_dir():  # plugins' sockets: their processes died with that run
+            for sock in DEVICE_PLUGIN_DIR.iterdir():
+                if sock.is_socket():
+                    sock.unlink(missing_ok=True)
 
     def _launch(self, name: str, argv: list[str]) -> Component:
         comp = Component(name, argv, self.logdir / f"{name}.log")
@@ -240,7 +261,7 @@ class RealNode:
         self.root_dir.mkdir()
         comp = self._launch("kubelet", [
             str(self.plane.testbin / "kubelet"), f"--config={cfg}", f"--kubeconfig={self.plane.kubeconfig}",
-            f"--root-dir={self.root_dir}", f"--hostname-override={self.name}", f"--node-ip={self.ip}", "--v=2"])
+            f"--root-dir={self.root_dir}", f"--cert-dir={self.root_dir / 'pki'}", f"--hostname-override={self.name}", f"--node-ip={self.ip}", "--v=2"])
         comp.wait_ready(lambda: http_ok(f"http://127.0.0.1:{self.healthz_port}/healthz"), 90, "/healthz answering")
 
     def wait_ready(self, timeout: float = 120) -> dict:
@@ -342,12 +363,7 @@ class RealNode:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         self._unmount_all()
-        for cgroup in self._new_cgroups():  # empty by now: runc removed each container's own
-            for sub in sorted((d for d in cgroup.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)):
-                with contextlib.suppress(OSError):
-                    sub.rmdir()
-            with contextlib.suppress(OSError):
-                cgroup.rmdir()
+        _remove_cgroups(self._new_cgroups())  # empty by now: runc removed each container's own
         for ns in self._new_netns():
             (NETNS_DIR / ns).unlink(missing_ok=True)
         if self._netns_before is None:
@@ -361,6 +377,7 @@ class RealNode:
             leftover.unlink(missing_ok=True)
         if self._made_var_lib_kubelet:
             shutil.rmtree("/var/lib/kubelet", ignore_errors=True)
+            MADE_VAR_LIB_KUBELET.unlink(missing_ok=True)
         shutil.rmtree(self.run, ignore_errors=True)
         if self._lock is not None:
             self._lock.close()  # releases the flock
@@ -388,7 +405,8 @@ class RealNode:
         found += [f"mount {p}" for p in _mounts() if self._ours(p)]
         found += [f"netns {ns}" for ns in self._new_netns()]
         found += [f"cgroup {cg}" for cg in self._new_cgroups()]
-        found += [f"file {p}" for p in (DEVICE_PLUGIN_DIR / "kubelet.sock", CHECKPOINT, self.run, CNI_STATE)
+        found += [f"file {p}" for p in (DEVICE_PLUGIN_DIR / "kubelet.sock", CHECKPOINT, self.run, CNI_STATE,
+                                        MADE_VAR_LIB_KUBELET)
                   if p.exists()]
         if DEVICE_PLUGIN_DIR.is_dir():
             found += [f"socket {p}" for p in DEVICE_PLUGIN_DIR.iterdir() if p.is_socket()]

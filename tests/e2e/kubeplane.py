@@ -75,6 +75,9 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+die_with_parent = _die_with_parent  # for the subprocesses of other test helpers (operator, plugin)
+
+
 def _probe_context() -> ssl.SSLContext:
     ctx = ssl.create_default_context()
     ctx.check_hostname = False

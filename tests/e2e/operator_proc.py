@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from inventories import fractional_inventory
+from kubeplane import die_with_parent
 
 from fgpu_contracts import keys
 from fgpu_contracts.request import ContainerRequest, GpuRequest, dump_request
@@ -44,7 +45,8 @@ def start_operator(k8s, tmp_path, *extra: str, leader_elect: bool = False, log_n
     log = tmp_path / log_name
     env = {**os.environ, "KUBECONFIG": str(k8s.kubeconfig)}
     argv = [FGPU, "operator", "--policy", policy, *([] if leader_elect else ["--no-leader-elect"]), *extra]
-    proc = subprocess.Popen(argv, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
+    proc = subprocess.Popen(argv, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT,  # noqa: SIM115
+                            preexec_fn=die_with_parent)  # a killed pytest leaves no operator behind
     proc.log_path = log
     deadline = time.monotonic() + 60
     while ready not in log.read_text(errors="replace"):

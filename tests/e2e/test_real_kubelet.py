@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 from kubelet_proc import CHECKPOINT, DEVICE_PLUGIN_DIR, TAINT, NodeSetupError, RealNode, node_dir
-from kubeplane import ComponentError, free_port
+from kubeplane import ComponentError, die_with_parent, free_port
 from operator_proc import install_crds, start_operator, stop
 from polling import wait_for
 
@@ -79,7 +79,8 @@ class Stack:
 
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
         log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - the child owns it
-        proc = subprocess.Popen([sys.executable, *argv], cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen([sys.executable, *argv], cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                                preexec_fn=die_with_parent)  # a killed pytest leaves no plugin behind
         proc.log_path = self.workdir / f"{name}.log"
         self.procs.append(proc)
         return proc
