@@ -56,8 +56,9 @@ def _entry(field: str, keys: tuple, lo: float, hi: float) -> Knob:
     return Knob(f"{field}[{'/'.join(map(str, keys))}]", lambda p: getattr(p, field)[keys[0]], setter, lo, hi)
 
 
-def knobs_for(measured_dtypes: set[str]) -> list[Knob]:
-    """The constants a calibration fits. Dtypes that were not measured keep their architecture values."""
+def knobs_for(measured_dtypes: set[str], host_measured: bool = False) -> list[Knob]:
+    """The constants a calibration fits. Dtypes that were not measured keep their architecture values; the
+    host's constants are fitted only where no measurement set carries its host's probe (`host`)."""
     tensor = tuple(d for d in ("fp16", "bf16", "tf32", "fp8") if d in measured_dtypes) or ("bf16",)
     knobs = [
         _entry("tc_efficiency", tensor + (("fp8",) if "fp8" not in tensor else ()), 0.3, 1.0),
@@ -69,9 +70,10 @@ def knobs_for(measured_dtypes: set[str]) -> list[Knob]:
         _field("gemm_dram_efficiency", 0.2, 1.0),
         _field("dram_efficiency", 0.5, 1.0),
         _field("sm_bandwidth_bytes_per_s", 5e9, 500e9),
-        _field("launch_s", 0.0, 20e-6),
-        _field("host_dispatch_s", 1e-6, 60e-6),
+        _field("launch_cycles", 0.0, 40000.0),
     ]
+    if not host_measured:
+        knobs.append(_field("host_dispatch_s", 1e-6, 60e-6))
     if "fp16" in measured_dtypes:
         knobs.append(_entry("power_demand", ("fp16",), 0.5, 6.0))
     if "int8" in measured_dtypes:
@@ -81,10 +83,19 @@ def knobs_for(measured_dtypes: set[str]) -> list[Knob]:
     knobs.append(_entry("misaligned_efficiency", (8,), 0.02, 1.0))
     knobs.append(_entry("misaligned_efficiency", (4,), 0.02, 1.0))
     knobs.append(_entry("misaligned_efficiency", (2, 1), 0.02, 1.0))
-    for floor_keys in (("bf16", "fp16", "fp8"), ("tf32",), ("fp32",), ("int8",)):
-        if any(k in measured_dtypes for k in floor_keys):
-            knobs.append(_entry("timing_floor_s", floor_keys, 1e-6, 200e-6))
+    if not host_measured:
+        knobs.append(_entry("host_floor_s", ("default",), 1e-6, 200e-6))
+        knobs.append(_entry("host_latency_s", ("default",), 0.0, 100e-6))
     return knobs
+
+
+def set_host(meas: dict) -> dict | None:
+    """The host constants a measurement set carries (its `host` probe, simgpu/calibrate_host.py)."""
+    host = meas.get("host")
+    if isinstance(host, dict) and "host_floor_s" in host:
+        from simgpu.profile import host_params
+        return host_params(host)
+    return None
 
 
 def _apply(base: PerfParams, knobs: list[Knob], x: np.ndarray) -> PerfParams:
@@ -98,12 +109,23 @@ def _rate(entries: list[dict]) -> float:
     return float(np.mean([e["rate_per_s"] for e in entries]))
 
 
+def gemm_seconds(meas: dict) -> list[tuple[GemmOp, float]]:
+    """Each GEMM of a set and its measured event time: the median over the set's passes where it has
+    several (bench/simgpu_measure_floor.py), else its single median of 20."""
+    passes = meas.get("passes", {})
+    out = []
+    for g in meas.get("gemm", []):
+        op = GemmOp(int(g["m"]), int(g["n"]), int(g["k"]), g["dtype"])
+        repeats = passes.get(f"{op.m}x{op.n}x{op.k} {op.dtype}")
+        out.append((op, float(np.median(repeats)) if repeats else float(g["s"])))
+    return out
+
+
 def _cases(meas: dict) -> list[tuple[str, str, object, float]]:
     """(group, label, what to predict, measured value) for every fitted measurement."""
     cases: list[tuple[str, str, object, float]] = []
-    for g in meas.get("gemm", []):
-        op = GemmOp(int(g["m"]), int(g["n"]), int(g["k"]), g["dtype"])
-        cases.append(("gemm", f"{op.m}x{op.n}x{op.k} {op.dtype}", op, float(g["s"])))
+    for op, seconds in gemm_seconds(meas):
+        cases.append(("gemm", f"{op.m}x{op.n}x{op.k} {op.dtype}", op, seconds))
     bw = meas.get("bandwidth", {})
     if "copy_GBps_rw" in bw:
         cases.append(("copy", "copy 4 GiB", CopyOp(COPY_BYTES), 2 * COPY_BYTES / (bw["copy_GBps_rw"] * 1e9)))
@@ -144,14 +166,15 @@ def fit_params(meas: dict | list[dict], gpu, base: PerfParams, *, max_nfev: int 
     from scipy.optimize import least_squares  # a heavy import, only needed here
 
     sets = meas if isinstance(meas, list) else [meas]
-    cases = [case for one in sets for case in _cases(one)]
-    if len([c for c in cases if c[0] == "gemm"]) < 4:
+    cases = [(k, case) for k, one in enumerate(sets) for case in _cases(one)]
+    hosts = [set_host(one) for one in sets]
+    if len([c for _, c in cases if c[0] == "gemm"]) < 4:
         raise SimgpuError("need at least 4 GEMM measurements to fit", field="measurements.gemm")
-    dtypes = {c[2].dtype for c in cases if isinstance(c[2], GemmOp)}
+    dtypes = {c[2].dtype for _, c in cases if isinstance(c[2], GemmOp)}
     missing = dtypes - set(DTYPE_BYTES)
     if missing:
         raise SimgpuError(f"unknown dtypes {sorted(missing)}", field="measurements.gemm.dtype", allowed=list(DTYPE_BYTES))
-    knobs = knobs_for(dtypes)
+    knobs = knobs_for(dtypes, host_measured=all(h is not None for h in hosts))
     lo = np.array([k.lo for k in knobs])
     hi = np.array([k.hi for k in knobs])
     scale = hi - lo
@@ -159,10 +182,10 @@ def fit_params(meas: dict | list[dict], gpu, base: PerfParams, *, max_nfev: int 
 
     def residuals(z: np.ndarray) -> np.ndarray:
         params = _apply(base, knobs, lo + z * scale)
-        fitted = with_params(gpu, params)
+        fitted = [with_params(gpu, params.model_copy(update=h) if h else params) for h in hosts]
         out = []
-        for group, _, what, measured in cases:
-            pred = predict_case(fitted, what)
+        for k, (group, _, what, measured) in cases:
+            pred = predict_case(fitted[k], what)
             out.append(weights[group] * math.log(pred / measured))
         return np.array(out)
 
@@ -174,6 +197,8 @@ def fit_params(meas: dict | list[dict], gpu, base: PerfParams, *, max_nfev: int 
         if best is None or result.cost < best.cost:
             best = result
     params = _apply(base, knobs, lo + best.x * scale)
+    if hosts[-1] is not None:  # the profile describes the machine of the last set measured
+        params = params.model_copy(update=hosts[-1])
     params = PerfParams.model_validate(params.model_dump())
     report = evaluate(with_params(gpu, params), meas)
     return params, report
@@ -181,10 +206,15 @@ def fit_params(meas: dict | list[dict], gpu, base: PerfParams, *, max_nfev: int 
 
 def evaluate(gpu, meas: dict | list[dict]) -> dict:
     """Per-group median and max |relative error| of the model on the fitted measurement kinds."""
+    from simgpu.perf.params import params_for
+
     errors: dict[str, list[float]] = {}
     sets = meas if isinstance(meas, list) else [meas]
-    for group, _, what, measured in [case for one in sets for case in _cases(one)]:
-        pred = predict_case(gpu, what)
-        errors.setdefault(group, []).append(abs(pred / measured - 1.0))
+    for one in sets:
+        host = set_host(one)
+        on_host = with_params(gpu, params_for(gpu).model_copy(update=host)) if host else gpu
+        for group, _, what, measured in _cases(one):
+            pred = predict_case(on_host, what)
+            errors.setdefault(group, []).append(abs(pred / measured - 1.0))
     return {g: {"n": len(e), "median_abs_error": float(np.median(e)), "max_abs_error": float(np.max(e))}
             for g, e in errors.items()}

@@ -325,5 +325,5 @@ def _speeds(gpu, params: PerfParams, prof: _Profiles, clients: list[ClientLoad],
             alone = _latency_factor(inflight[i], bw)
             speeds[i] = share(i) / seconds * min(1.0, alone / loaded)
         else:
-            speeds[i] = 1.0 / (params.launch_s + max(compute, dram * loaded / inflight[i]))
+            speeds[i] = 1.0 / (params.launch_seconds(gpu.boost_mhz) + max(compute, dram * loaded / inflight[i]))
     return speeds

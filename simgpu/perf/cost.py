@@ -102,13 +102,15 @@ def stream_kernel(gpu, params: PerfParams, op: CopyOp | ElementwiseOp, sms: int)
     bw = bandwidth(gpu.mem_bw_bytes_per_s, params.dram_efficiency, sms,
                    inflight_per_sm(op, params.sm_bandwidth_bytes_per_s))
     compute = flops / (sms * gpu.fp32_flops_per_clk_per_sm * gpu.boost_mhz * 1e6)
-    return StreamKernel(params.launch_s + max(moved / bw, compute), moved, flops, compute)
+    return StreamKernel(params.launch_seconds(gpu.boost_mhz) + max(moved / bw, compute), moved, flops, compute)
 
 
-def event_timed(params: PerfParams, key: str, kernel: float) -> float:
-    """What CUDA events around one op issued from an idle framework measure: the start event fires at
-    once, the kernel starts after the host's dispatch; tiny ops show the framework's floor instead."""
-    return max(params.floor(key), params.host_dispatch_s + kernel)
+def event_timed(params: PerfParams, key: str, kernel: float, mhz: float) -> float:
+    """What CUDA events around one op issued right after a synchronise measure: the start event fires at
+    once and the kernel starts after the host's latency (dispatch + launch); the end event waits for the
+    CPU's whole call too, so a tiny op shows the host's floor plus the kernel's own minimum (its launch
+    cycles at the clock `mhz`). Host constants: simgpu/calibrate_host.py."""
+    return max(params.floor(key) + params.launch_seconds(mhz), params.latency(key) + kernel)
 
 
 def op_cost(gpu, op: Op, sm_count: int | None = None) -> OpCost:
@@ -119,7 +121,7 @@ def op_cost(gpu, op: Op, sm_count: int | None = None) -> OpCost:
     if isinstance(op, GemmOp):
         check_dtype(gpu, op.dtype)
         t, mhz = gemm_at_power(gpu, params, op, n, sustained=False)
-        seconds = event_timed(params, op.dtype, t.seconds)
+        seconds = event_timed(params, op.dtype, t.seconds, mhz)
         if op.dtype == "fp32":
             tensor = 0.0
         else:
@@ -130,7 +132,7 @@ def op_cost(gpu, op: Op, sm_count: int | None = None) -> OpCost:
                       kernel_seconds=t.seconds, mhz=mhz)
     if isinstance(op, CopyOp | ElementwiseOp):
         kernel, moved, flops, _ = stream_kernel(gpu, params, op, n)
-        seconds = event_timed(params, "copy", kernel)
+        seconds = event_timed(params, "copy", kernel, gpu.boost_mhz)
         return OpCost(seconds=seconds, flops=flops, dram_bytes=moved, sm_active=share * kernel / seconds,
                       tensor_active=0.0, dram_active=min(1.0, moved / (gpu.mem_bw_bytes_per_s * seconds)),
                       kernel_seconds=kernel, mhz=gpu.boost_mhz)

@@ -12,6 +12,8 @@ import yaml
 
 from simgpu.errors import SimgpuError
 
+LEGACY_CLOCK_HZ = 1.98e9  # the clock v1 profiles' launch_s was fitted at (Hopper boost)
+
 
 class PerfParams(pydantic.BaseModel, frozen=True):
     """Constants of the model; simgpu/README.md gives the equation each one appears in."""
@@ -41,11 +43,18 @@ class PerfParams(pydantic.BaseModel, frozen=True):
     # Share of a streaming kernel's unloaded memory latency spent in the SM/L2 clock domain (so a
     # streamer next to a GEMM that pulls the clock down under the power limit streams less per SM).
     stream_latency_on_chip: float = pydantic.Field(default=0.0, ge=0, le=1)
-    # Overheads: GPU-side launch/ramp of one kernel; host (framework) time to issue one op in a loop;
-    # the floor an event-timed single op shows (host dispatch between the two events), per dtype/op.
-    launch_s: float = pydantic.Field(ge=0)
+    # GPU side: the fixed cost of one kernel (launch, CTA rasterisation, ramp), in SM clock cycles, so
+    # that a kernel's own minimum time follows the GPU's clock.
+    launch_cycles: float = pydantic.Field(ge=0)
+    # Host side (a property of the machine's CPU, driver and framework, not of the GPU; measured per host
+    # by `simgpu calibrate --host`, simgpu/calibrate_host.py), per path ("default", a dtype, "copy"):
+    # an op timed with CUDA events right after a synchronise takes
+    #   max(host_floor + launch_cycles / f, host_latency + kernel)
+    # -- the end event waits for the CPU's whole call (floor); the kernel starts after the dispatch and
+    # the launch latency (latency). host_dispatch_s: CPU time to issue one op back to back (loops).
+    host_floor_s: dict[str, float]
+    host_latency_s: dict[str, float]
     host_dispatch_s: float = pydantic.Field(ge=0)
-    timing_floor_s: dict[str, float]
     # Time-slicing: slice length and context-switch cost (measured), and the per-SM state a preempted
     # kernel saves and restores through DRAM (register file + shared memory: an architecture fact).
     timeslice_s: float = pydantic.Field(gt=0)
@@ -64,7 +73,32 @@ class PerfParams(pydantic.BaseModel, frozen=True):
         return self.power_demand.get(dtype, self.power_demand.get("bf16", 1.0))
 
     def floor(self, key: str) -> float:
-        return self.timing_floor_s.get(key, self.timing_floor_s.get("default", 0.0))
+        """Host floor of an event-timed op on path `key` (a dtype, or "copy")."""
+        return self.host_floor_s.get(key, self.host_floor_s.get("default", 0.0))
+
+    def latency(self, key: str) -> float:
+        """Host latency (start event to kernel start) of an op on path `key`."""
+        return self.host_latency_s.get(key, self.host_latency_s.get("default", 0.0))
+
+    def launch_seconds(self, mhz: float) -> float:
+        """A kernel's fixed GPU-side cost at SM clock `mhz`."""
+        return self.launch_cycles / (mhz * 1e6)
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _from_v1_constants(cls, data: object) -> object:
+        """Profiles written before the host/GPU split carry `launch_s` (seconds) and `timing_floor_s` (the
+        event time of a tiny op, host and kernel together, fitted on their own host): read them as
+        cycles at the Hopper boost clock and as floors with the same latency for every path."""
+        if not isinstance(data, dict) or "launch_s" not in data and "timing_floor_s" not in data:
+            return data
+        data = dict(data)
+        launch = data.pop("launch_s", 2.5e-6)
+        floors = data.pop("timing_floor_s", {"default": 30e-6})
+        data.setdefault("launch_cycles", launch * LEGACY_CLOCK_HZ)
+        data.setdefault("host_floor_s", {k: max(v - launch, 0.0) for k, v in floors.items()})
+        data.setdefault("host_latency_s", {"default": data.get("host_dispatch_s", 13.3e-6)})
+        return data
 
 
 @cache

@@ -45,7 +45,7 @@ def truth():
     return base.model_copy(update={
         "dram_efficiency": 0.8, "sm_bandwidth_bytes_per_s": 50e9,
         "tc_efficiency": {**base.tc_efficiency, "bf16": 0.85},
-        "timing_floor_s": {**base.timing_floor_s, "bf16": 45e-6},
+        "host_floor_s": {**base.host_floor_s, "default": 45e-6},
     })
 
 
