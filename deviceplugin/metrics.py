@@ -29,6 +29,14 @@ class PluginMetrics:
         self.state = StateCollector()
         self.registry.register(self.state)
 
+    def serving(self, resources: Iterable[str]) -> None:
+        """Start every resource's Allocate series at 0 (each result, and the latency histogram): a series that
+        first appears at 1 hides its first call from rate() and histogram_quantile()."""
+        for resource in resources:
+            self._duration.labels(resource)
+            for result in RESULTS:
+                self._allocations.labels(resource, result)
+
     def allocate(self, resource: str, result: str, seconds: float) -> None:
         self._allocations.labels(resource, result).inc()
         self._duration.labels(resource).observe(max(0.0, seconds))

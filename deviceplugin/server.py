@@ -287,6 +287,7 @@ class PluginManager:
         self.registrations = 0  # successful registration rounds (for tests, the benchmark and metrics)
         self._thread: threading.Thread | None = None
         shared.metrics.attach(self.device_counts, lambda: self.registrations, self._unwritten)
+        shared.metrics.serving(r.name for r in resources)
 
     def device_counts(self) -> dict[str, dict[str, int]]:
         """resource -> Healthy / Unhealthy -> device IDs, as ListAndWatch reports them now."""

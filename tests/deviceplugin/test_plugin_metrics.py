@@ -55,6 +55,7 @@ def test_allocations_by_result_latency_and_devices_by_health(kubelet, manager):
     scraped = series(text)
     for result in ("ok", "refused", "invalid"):
         assert value(scraped, "fgpu_deviceplugin_allocations_total", resource="nvidia.com/gpu", result=result) == 1
+    assert value(scraped, "fgpu_deviceplugin_allocations_total", resource="nvidia.com/gpu", result="error") == 0
     assert value(scraped, "fgpu_deviceplugin_allocate_duration_seconds_count", resource="nvidia.com/gpu") == 3
     assert value(scraped, "fgpu_deviceplugin_devices", resource="nvidia.com/gpu", health="Unhealthy") == 10
     assert value(scraped, "fgpu_deviceplugin_devices", resource="nvidia.com/gpu", health="Healthy") == 10

@@ -46,6 +46,7 @@ gpus:
   - {model: A100-80GB, mig: {layout: [3g.40gb, 4g.40gb]}}
 fractional: {splitCount: 4}
 """
+RESOURCES = {"nvidia.com/gpu": 8, "nvidia.com/mig-3g.40gb": 1, "nvidia.com/mig-4g.40gb": 1}  # what it advertises
 GEMM = GemmOp(8192, 8192, 8192)  # ~1.5 ms on an H100 (emulated, at wall-clock speed)
 GIB = 1 << 30
 RUN_S = 20.0  # workload time under scrape: rates and 4 s rate windows fill, and the report has a story
@@ -53,17 +54,20 @@ FGPU = str(Path(sys.executable).with_name("fgpu"))
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _pod(name: str, fraction: str, memory: str | None = None, priority: str | None = None) -> dict:
-    annotations = {keys.FGPU_FRACTION: fraction, **({keys.FGPU_MEMORY: memory} if memory else {})}
-    if priority:
-        annotations[keys.FGPU_PRIORITY] = priority
+def _pod(name: str, fraction: str | None = None, memory: str | None = None, priority: str | None = None,
+         mig: str | None = None) -> dict:
+    asked = {keys.FGPU_FRACTION: fraction, keys.FGPU_MEMORY: memory, keys.FGPU_PRIORITY: priority,
+             keys.FGPU_MIG_PROFILE: mig}
+    annotations = {k: v for k, v in asked.items() if v}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "annotations": annotations},
             "spec": {"nodeSelector": {"fgpu-e2e": "dashboards"}, "containers": [{"name": "main", "image": "busybox"}]}}
 
 
-def _node_ready(core, slots: int) -> None:
+def _node_ready(core, kubelet) -> None:
     """What the node's kubelet and lifecycle controller would do: Ready, capacity from ListAndWatch, no taint."""
-    capacity = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": str(slots)}
+    capacity = {"cpu": "32", "memory": "256Gi", "pods": "110"}
+    for resource, count in RESOURCES.items():
+        capacity[resource] = str(len(kubelet.wait_devices(resource, lambda d, n=count: len(d) == n, timeout=20)))
     ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "stub kubelet"}
     core.patch_node_status(NODE, {"status": {"capacity": capacity, "allocatable": capacity, "conditions": [ready]}})
     core.patch_node(NODE, {"spec": {"taints": None}})
@@ -91,13 +95,17 @@ def node_daemon(tmp_path):
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _allocate(core, kubelet, slots, namespace: str, name: str) -> str:
-    """The kubelet's Allocate for pod `name` (bound to NODE); the context token the plugin hands its container."""
+def _allocate(core, kubelet, namespace: str, name: str, resource: str = "nvidia.com/gpu") -> str:
+    """The kubelet's Allocate for pod `name` once bound to NODE; the context token the plugin hands its container."""
+    wait_for(lambda: core.read_namespaced_pod(name, namespace).spec.node_name, what=f"{name} bound")
     pod = core.read_namespaced_pod(name, namespace)
-    count = int(pod.spec.containers[0].resources.limits["nvidia.com/gpu"])
-    response = kubelet.plugin("nvidia.com/gpu").Allocate(api_pb2.AllocateRequest(container_requests=[
+    count = int(pod.spec.containers[0].resources.limits[resource])
+    slots = kubelet.wait_devices(resource, lambda d: len(d) >= count, timeout=10)
+    response = kubelet.plugin(resource).Allocate(api_pb2.AllocateRequest(container_requests=[
         api_pb2.ContainerAllocateRequest(devices_ids=[s.ID for s in slots[:count]])]), timeout=10)
     token = dict(response.container_responses[0].envs)["FGPU_CONTEXT_TOKEN"]
+    if resource != "nvidia.com/gpu":  # a MIG instance is handed out by device ID, as NVIDIA's plugin does
+        return token
     assert verify_token(SECRET, token).pod_name == name  # the oldest pending pod: the one asked for
     wait_for(lambda: core.read_namespaced_pod(name, namespace).metadata.annotations.get(keys.ALLOCATED),
              what=f"{name}'s allocation record")
@@ -105,11 +113,12 @@ def _allocate(core, kubelet, slots, namespace: str, name: str) -> str:
 
 
 def _workload(socket: str, tokens: dict[str, str], stop_event: threading.Event) -> list[threading.Thread]:
-    """`train` keeps the GPU busy; `serve` sends requests of 4 GEMMs with 4 ms of host work between them."""
-    def train():
+    """`train` keeps its GPU busy, and `mig` its MIG instance; `serve` sends requests of 4 GEMMs with 4 ms of
+    host work between them."""
+    def busy(name: str, nbytes: int):
         with DaemonClient(socket) as client:
-            ctx = client.open_context(tokens["train"])
-            ctx.malloc(6 * GIB)
+            ctx = client.open_context(tokens[name])
+            ctx.malloc(nbytes)
             while not stop_event.is_set():
                 for _ in range(64):
                     ctx.launch(GEMM)
@@ -125,7 +134,9 @@ def _workload(socket: str, tokens: dict[str, str], stop_event: threading.Event) 
                 ctx.synchronize()
                 time.sleep(0.004)
 
-    threads = [threading.Thread(target=f, daemon=True) for f in (train, serve)]
+    threads = [threading.Thread(target=busy, args=("train", 6 * GIB), daemon=True),
+               threading.Thread(target=busy, args=("mig", 10 * GIB), daemon=True),
+               threading.Thread(target=serve, daemon=True)]
     for t in threads:
         t.start()
     return threads
@@ -145,8 +156,7 @@ def test_every_panel_query_returns_data_and_report_draws_them(k8s, namespace, tm
                         args=("--metrics-port", str(plugin_port))) as (core, kubelet, cfg):
         wait_for(lambda: keys.INVENTORY in (core.read_node(NODE).metadata.annotations or {}), 30,
                  "the plugin to publish the inventory")
-        slots = kubelet.wait_devices("nvidia.com/gpu", lambda d: len(d) == 8, timeout=20)
-        _node_ready(core, len(slots))
+        _node_ready(core, kubelet)
         operator = start_operator(k8s, tmp_path, "--webhook-port", str(free_port()), "--webhook-host", "127.0.0.1",
                                   "--manage-webhook-config", "--trusted-user", "admin",
                                   "--metrics-port", str(operator_port))
@@ -179,12 +189,11 @@ def test_every_panel_query_returns_data_and_report_draws_them(k8s, namespace, tm
                 with pytest.raises(ApiException) as denied:  # the webhook refuses a fraction above 1
                     core.create_namespaced_pod(namespace, _pod("bad", "1.5", "4Gi"))
                 assert denied.value.status == 400
-                tokens = {"serve": None, "train": None}
-                wait_for(lambda: core.read_namespaced_pod("serve", namespace).spec.node_name, what="serve bound")
-                tokens["serve"] = _allocate(core, kubelet, slots, namespace, "serve")
+                tokens = {"serve": _allocate(core, kubelet, namespace, "serve")}
                 core.create_namespaced_pod(namespace, _pod("train", "0.5", "8Gi", "low"))
-                wait_for(lambda: core.read_namespaced_pod("train", namespace).spec.node_name, what="train bound")
-                tokens["train"] = _allocate(core, kubelet, slots, namespace, "train")
+                tokens["train"] = _allocate(core, kubelet, namespace, "train")
+                core.create_namespaced_pod(namespace, _pod("mig", mig="3g.40gb"))
+                tokens["mig"] = _allocate(core, kubelet, namespace, "mig", "nvidia.com/mig-3g.40gb")
                 # two whole GPUs, while serve and train fill one of the node's two: parked as unschedulable
                 core.create_namespaced_pod(namespace, _pod("big", "2"))
                 assert verify_token(SECRET, tokens["serve"]).device_uuid == \
@@ -218,6 +227,14 @@ def test_every_panel_query_returns_data_and_report_draws_them(k8s, namespace, tm
                 assert NODE in prom.label_values("hami_gpu_memory_limit_bytes", "node", started, end)
                 assert gpus == set(prom.label_values("hami_gpu_memory_limit_bytes", "device_uuid", started, end))
                 assert namespace in prom.label_values("hami_vgpu_memory_allocated_bytes", "namespace", started, end)
+                # and the values tell what happened: one denial, one parked pod, the MIG instance "mig" keeps busy
+                def last(expr: str) -> list[tuple[dict, float]]:
+                    return [(s.labels, s.points[-1][1]) for s in prom.query(expr, end)]
+
+                assert last('sum(fgpu_webhook_admissions_total{outcome="denied"})')[0][1] == 1
+                assert last('sum(fgpu_scheduler_pending_pods{queue="unschedulable"})')[0][1] == 1
+                [(labels, util)] = last('max_over_time(DCGM_FI_DEV_GPU_UTIL{GPU_I_PROFILE="3g.40gb"}[10s])')
+                assert util > 50, labels  # the 4g.40gb instance beside it idles
 
                 out = tmp_path / "report"
                 done = subprocess.run([FGPU, "report", "--prometheus", url, "--out", str(out), "--since", "30s"],
