@@ -22,7 +22,7 @@ from simgpu.errors import SimgpuError
 from simgpu.perf import ClientLoad, GemmOp, colocate, mps_visible_sms, op_cost, parse_op
 from simgpu.perf.colocation import MODES
 from simgpu.perf.ops import OP_KINDS, CopyOp, ElementwiseOp
-from simgpu.profile import load_gpu
+from simgpu.profile import load_gpu, load_host, with_host
 
 CASE_OPS = (*OP_KINDS, "colocate")
 KEYS = {
@@ -40,6 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--cases", metavar="FILE", help="JSON array of cases (default: stdin)")
     p.add_argument("--profile", metavar="PROFILE.yaml", help="GPU profile for cases without \"gpu\"")
     p.add_argument("--gpu", help="GPU name (or profile) for cases without \"gpu\"")
+    p.add_argument("--host", metavar="HOST.yaml",
+                   help="this machine's host part (written by `simgpu calibrate --host`) for every case")
     p.set_defaults(func=run)
 
 
@@ -79,7 +81,7 @@ def _op(d: object, gpu, where: str):
     return op
 
 
-def predict_one(case: object, index: int, default_gpu: str | None) -> dict:
+def predict_one(case: object, index: int, default_gpu: str | None, host: dict | None = None) -> dict:
     where = f"cases[{index}]."
     if not isinstance(case, dict):
         raise SimgpuError(f"expected an object, got {type(case).__name__}", field=f"cases[{index}]",
@@ -89,6 +91,8 @@ def predict_one(case: object, index: int, default_gpu: str | None) -> dict:
         raise SimgpuError(f"unknown op {kind!r}", field=f"{where}op", allowed=list(CASE_OPS))
     _check_keys(case, KEYS[kind], where)
     gpu = _gpu(case, default_gpu, where)
+    if host is not None:
+        gpu = with_host(gpu, host)
     if kind == "colocate":
         return {"rates": _colocate(case, gpu, where)}
     op = _op({k: v for k, v in case.items() if k not in ("gpu", "mps_pct")}, gpu, where)
@@ -144,8 +148,8 @@ def read_cases(text: str) -> list:
     return cases
 
 
-def predict_all(cases: list, default_gpu: str | None = None) -> list[dict]:
-    return [predict_one(case, i, default_gpu) for i, case in enumerate(cases)]
+def predict_all(cases: list, default_gpu: str | None = None, host: dict | None = None) -> list[dict]:
+    return [predict_one(case, i, default_gpu, host) for i, case in enumerate(cases)]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -161,5 +165,6 @@ def run(args: argparse.Namespace) -> int:
     default = args.profile or args.gpu
     if default:
         _gpu({}, default, "")  # fail early on a bad --gpu/--profile
-    print(json.dumps(predict_all(read_cases(text), default)))
+    host = load_host(args.host) if args.host else None
+    print(json.dumps(predict_all(read_cases(text), default, host)))
     return 0

@@ -13,7 +13,7 @@ from simgpu.catalog import get_gpu
 from simgpu.cli import main
 from simgpu.errors import SimgpuError
 from simgpu.perf import ClientLoad, CopyOp, ElementwiseOp, GemmOp, arch_params, colocate, op_cost
-from simgpu.profile import FittedGPU, load_gpu, profile_document, with_params
+from simgpu.profile import FittedGPU, load_gpu, load_host, profile_document, with_params
 
 SHAPES = [(256, 256, 256), (512, 512, 512), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (1, 8192, 8192),
           (128, 8192, 8192), (2304, 1664, 4096), (4095, 4095, 4095)]
@@ -229,3 +229,30 @@ def test_timed_loop_warms_up_waits_and_counts_whole_batches():
     assert calls[:6] == ["op"] * 5 + ["barrier"]  # warm-up, then everyone starts together
     assert it > 0 and it % 3 == 0 and calls.count("op") == it + 5 and len(syncs) == it // 3 + 1
     assert seconds >= 0.02
+
+
+def test_calibrate_host_without_a_gpu_says_so_in_one_line(tmp_path, capsys):
+    """No PyTorch or no driver here: one clear line on stderr and exit 2 (the CI machine has no GPU)."""
+    code = main(["calibrate", "--host", "--out", str(tmp_path / "host.yaml")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "simgpu calibrate: error:" in err
+    assert not (tmp_path / "host.yaml").exists()
+
+
+def test_predict_takes_a_measured_host(tmp_path, capsys):
+    """The host files `simgpu calibrate --host` wrote on the device tool's H200 and H100 machines: a tiny
+    GEMM moves by the difference of the two hosts' floors, a big one by their latencies."""
+    root = Path(__file__).resolve().parents[2] / "bench" / "data"
+    (tmp_path / "cases.json").write_text(json.dumps([{"op": "gemm", "m": 256, "n": 256, "k": 256, "dtype": "bf16"},
+                                                     {"op": "gemm", "m": 8192, "n": 8192, "k": 8192, "dtype": "bf16"}]))
+    out = {}
+    for name in ("h100_host.yaml", "h200_host.yaml"):
+        assert main(["predict", "--gpu", "H200", "--cases", str(tmp_path / "cases.json"), "--host", str(root / name)]) == 0
+        out[name] = [c["seconds"] for c in json.loads(capsys.readouterr().out)]
+    h100, h200 = (load_host(root / n) for n in ("h100_host.yaml", "h200_host.yaml"))
+    floor = h100["host_floor_s"]["default"] - h200["host_floor_s"]["default"]
+    latency = h100["host_latency_s"]["default"] - h200["host_latency_s"]["default"]
+    assert out["h100_host.yaml"][0] - out["h200_host.yaml"][0] == pytest.approx(floor, rel=1e-6)
+    assert out["h100_host.yaml"][1] - out["h200_host.yaml"][1] == pytest.approx(latency, rel=1e-6)
+    (tmp_path / "bad.yaml").write_text("version: v1\nhost: {host_floor_s: {default: -1}}\n")
+    assert main(["predict", "--gpu", "H200", "--cases", str(tmp_path / "cases.json"), "--host", str(tmp_path / "bad.yaml")]) == 2
