@@ -345,6 +345,7 @@ class Bench:
         self.nodes: list[str] = []
         self.slots = 0  # the nvidia.com/gpu the nodes advertise now
         self.operator = None
+        self.metrics_port = 0  # the running operator's --metrics-port
         self.runs: list[dict] = []
         self.serial = 0
 
@@ -381,7 +382,10 @@ class Bench:
             from operator_proc import start_operator
 
             self.set_slots(SLOTS_PER_GPU * self.args.gpus_per_node)
-            extra = setting.fgpu_args() if setting else []
+            from kubeplane import free_port
+
+            self.metrics_port = free_port()
+            extra = [*(setting.fgpu_args() if setting else []), "--metrics-port", str(self.metrics_port)]
             self.operator = start_operator(self.plane, self.workdir, *extra, policy=self.args.policy,
                                            log_name=f"operator-{self.serial}.log")
             pid = self.operator.pid
@@ -423,10 +427,28 @@ class Bench:
         start = time.perf_counter()
         asyncio.run(delete_pods(self.creds, namespace, [b["metadata"]["name"] for b in bodies]))
         deleted = time.perf_counter()
+        if scheduler == "fgpu":  # its own word that every deletion was taken in: nothing allocated
+            released(self.metrics_port)
         busy = settle(pid)
         row.update(delete_s=deleted - start, busy_after_delete_s=busy)
         log(f"  pods deleted in {deleted - start:.1f} s; the scheduler was busy {busy:.1f} s more taking that in")
         return row
+
+
+def released(port: int, limit: float = 600.0) -> None:
+    """Wait until the operator's /metrics shows no GPU allocated (it has seen every deletion): a CPU-starved
+    operator still working through a backlog of deletions can look idle to `settle`."""
+    import urllib.request
+
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+            if any(line.split()[-1] in ("0", "0.0") for line in text.splitlines()
+                   if line.startswith("fgpu_cluster_gpu_allocation_ratio")):
+                return
+        time.sleep(1.0)
+    log(f"  the operator still showed GPUs allocated {limit:.0f} s after the deletions")
 
 
 def settle(pid: int, idle: float = 0.35, step: float = 2.0, limit: float = 300.0) -> float:

@@ -56,6 +56,7 @@ class EventRecorder:
         self.interval_s = interval_s
         self.max_series = max_series
         self._series: OrderedDict[tuple[str, str], _Series] = OrderedDict()
+        self._reasons: set[str] = set()  # every reason seen: forget() looks up each, never scans the series
         self._tasks: set[asyncio.Task] = set()
 
     async def emit(self, namespace: str, pod: str, uid: str, reason: str, message: str,
@@ -64,6 +65,7 @@ class EventRecorder:
         series = self._series.get(key)
         if series is None:
             series = self._series[key] = _Series(namespace, pod, uid, type, reason, message)
+            self._reasons.add(reason)
             self._evict()
             return await self._write(series)
         self._series.move_to_end(key)
@@ -93,9 +95,12 @@ class EventRecorder:
         return len(self._series)
 
     def forget(self, uid: str) -> None:
-        """Drop the series of a pod that is bound or deleted (pending counts are not written)."""
-        for key in [k for k in self._series if k[0] == uid]:
-            self._series.pop(key).stop_timer()
+        """Drop the series of a pod that is bound or deleted (pending counts are not written). O(reasons), not
+        O(series): a burst of deletions calls it once a pod, with up to `max_series` series kept."""
+        for reason in self._reasons:
+            series = self._series.pop((uid, reason), None)
+            if series is not None:
+                series.stop_timer()
 
     async def flush(self) -> None:
         """Write every pending count now."""

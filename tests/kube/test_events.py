@@ -76,3 +76,16 @@ async def test_post_does_not_wait_and_drops_beyond_its_backlog(fake_api, api):
     assert fake_api.seen("POST", EVENTS) == []  # nothing written yet: post returned before any request
     await recorder.aclose()  # waits for the posted writes
     assert sorted(r.body["involvedObject"]["name"] for r in fake_api.seen("POST", EVENTS)) == ["p0", "p1"]
+
+
+async def test_forget_drops_only_that_pods_series_whatever_their_reasons(fake_api, api):
+    recorder = EventRecorder(api, interval_s=3600)
+    for uid in ("a", "b"):
+        for reason in ("FailedScheduling", "Scheduled"):
+            await recorder.emit("ns", uid, uid, reason, "m")
+    recorder.forget("a")
+    assert len(recorder) == 2
+    recorder.forget("a")  # idempotent
+    recorder.forget("b")
+    assert len(recorder) == 0
+    await recorder.aclose()
