@@ -67,8 +67,8 @@ class Stack:
     """fgpu on the node: the simgpu node daemon, the device plugin (in the kubelet's real device-plugin
     directory) and the operator (webhook + scheduler)."""
 
-    def __init__(self, k8s, workdir: Path):
-        self.k8s, self.workdir = k8s, workdir
+    def __init__(self, k8s, workdir: Path, logdir: Path):
+        self.k8s, self.workdir, self.logdir = k8s, workdir, logdir  # logdir: kept after the run
         self.procs: list[subprocess.Popen] = []
         self.operator = None
         (workdir / "secret").write_bytes(SECRET)
@@ -78,14 +78,14 @@ class Stack:
         self.socket = workdir / "run" / "daemon.sock"
 
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
-        log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - the child owns it
+        log = open(self.logdir / f"{name}.log", "wb")  # noqa: SIM115 - the child owns it
         proc = subprocess.Popen([sys.executable, *argv], cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
                                 preexec_fn=die_with_parent)  # a killed pytest leaves no plugin behind
-        proc.log_path = self.workdir / f"{name}.log"
+        proc.log_path = self.logdir / f"{name}.log"
         self.procs.append(proc)
         return proc
 
-    def start(self, tmp_path: Path) -> None:
+    def start(self) -> None:
         self.socket.parent.mkdir()
         daemon = self._spawn("daemon", ["-m", "simgpu.cli", "daemon", "--config", str(self.config_path),
                                         "--socket", str(self.socket), "--node-name", NODE])
@@ -97,7 +97,7 @@ class Stack:
         install_crds(self.k8s)
         # The plugin logs in as the test's admin (in a cluster: its own ServiceAccount, which the chart trusts):
         # only trusted users may write the hand-off annotations, so trust it as the chart would.
-        self.operator = start_operator(self.k8s, tmp_path, "--webhook-port", str(free_port()), "--webhook-host",
+        self.operator = start_operator(self.k8s, self.logdir, "--webhook-port", str(free_port()), "--webhook-host",
                                        "127.0.0.1", "--manage-webhook-config", "--trusted-user", "admin")
 
     def stop(self) -> None:
@@ -117,9 +117,9 @@ class Stack:
 def stack(real_node, k8s, tmp_path_factory):
     workdir = Path(real_node.run) / "fgpu"  # short: the daemon's socket path is limited to 107 bytes
     workdir.mkdir()
-    fgpu = Stack(k8s, workdir)
+    fgpu = Stack(k8s, workdir, tmp_path_factory.mktemp("fgpu"))
     try:
-        fgpu.start(tmp_path_factory.mktemp("operator"))
+        fgpu.start()
         yield fgpu
     finally:
         fgpu.stop()
