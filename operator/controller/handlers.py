@@ -178,16 +178,23 @@ def _apply_policy(memo: kopf.Memo, spec: SchedulingPolicySpec) -> None:
         "takeover_schedulers": spec.takeover_schedulers, "aliyun_memory_unit": spec.aliyun_memory_unit})
 
 
+SHUTDOWN_GRACE_S = 5.0
+
+
 @kopf.on.cleanup()
 async def stop(memo: kopf.Memo, **_) -> None:
     for task in getattr(memo, "tasks", []):
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
+    # In-flight binds and pending event counts get a few seconds: with the apiserver gone they would retry
+    # for minutes and the operator would not exit on SIGTERM.
     if getattr(memo, "scheduler", None) is not None:
-        await memo.scheduler.drain()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(memo.scheduler.drain(), SHUTDOWN_GRACE_S)
     if getattr(memo, "events", None) is not None:
-        await memo.events.aclose()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(memo.events.aclose(), SHUTDOWN_GRACE_S)
     for name in ("api", "side_api", "status_api"):
         if getattr(memo, name, None) is not None:
             await getattr(memo, name).close()
