@@ -17,7 +17,9 @@ import pytest
 import yaml
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy" / "prometheus"
-COMPONENTS = ("operator", "device-plugin", "node-daemon")
+JOBS = ("fgpu-operator", "fgpu-device-plugin", "fgpu-node-daemon")
+_KEEP = ["__meta_kubernetes_pod_label_app_kubernetes_io_name",
+         "__meta_kubernetes_pod_label_app_kubernetes_io_component", "__meta_kubernetes_pod_container_port_name"]
 
 
 def prometheus_binary(name: str = "prometheus") -> str:
@@ -31,19 +33,18 @@ def prometheus_binary(name: str = "prometheus") -> str:
 
 
 def static_scrape_configs(pods: dict[str, tuple[str, str]]) -> list[dict]:
-    """scrape-configs.yaml with Kubernetes SD replaced by one static target per job: `pods` maps a component
-    (operator, device-plugin, node-daemon) to (host:port, the node its pod runs on)."""
+    """scrape-configs.yaml with Kubernetes SD replaced by one static target per job: `pods` maps a job name to
+    (host:port, the node its pod runs on); the target's meta labels are those its job's keep rule asks for."""
     jobs = yaml.safe_load((DEPLOY / "scrape-configs.yaml").read_text())
     for job in jobs:
         assert job.pop("kubernetes_sd_configs") == [{"role": "pod"}], job["job_name"]
-        component = job["job_name"].removeprefix("fgpu-")
-        address, node = pods[component]
+        (keep,) = [r for r in job["relabel_configs"] if r.get("action") == "keep"]
+        assert keep["source_labels"] == _KEEP, job["job_name"]
+        address, node = pods[job["job_name"]]
         job["static_configs"] = [{"targets": [address], "labels": {
-            "__meta_kubernetes_pod_label_app_kubernetes_io_name": "fgpu",
-            "__meta_kubernetes_pod_label_app_kubernetes_io_component": component,
-            "__meta_kubernetes_pod_container_port_name": "metrics",
+            **dict(zip(_KEEP, keep["regex"].split(";"), strict=True)),
             "__meta_kubernetes_pod_node_name": node,
-            "__meta_kubernetes_pod_name": f"fgpu-{component}-0",
+            "__meta_kubernetes_pod_name": f"{job['job_name']}-0",
         }}]
     return jobs
 

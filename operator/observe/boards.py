@@ -92,8 +92,7 @@ CLUSTER = Board(
                        "{{webhook}} {{outcome}}"),
             ), description="Admission reviews by webhook (mutate: pod CREATE, validate: pod UPDATE) and outcome."),
             Panel("Webhook denials since operator start", key=True, unit="none", min=0, targets=(
-                Target('sum by (webhook, source) (fgpu_webhook_admissions_total{outcome="denied"})',
-                       "{{webhook}} denied ({{source}})"),
+                Target('sum by (webhook) (fgpu_webhook_admissions_total{outcome="denied"})', "{{webhook}} denied"),
             ), description="Requests the webhook refused (a bad GPU request, or a hand-off annotation edited by "
                            "someone other than fgpu), counted since the operator started: a denial of a new kind "
                            "starts its series at 1, which rate() and increase() cannot see."),

@@ -6,7 +6,7 @@ high-priority "serve" loop beside a low-priority "train" hog on the same GPU. Th
 with the template variables at All, must return data (a value that is a number, not only NaN), every
 variable must have values, and `fgpu report` must draw each dashboard's key panels into a real PNG.
 
-FGPU_KEEP_REPORT=DIR copies the PNGs there (how docs/monitoring-qos.png was made)."""
+FGPU_KEEP_REPORT=DIR copies the PNGs there (how docs/monitoring/*.png were made)."""
 from __future__ import annotations
 
 import math
@@ -160,9 +160,9 @@ def test_every_panel_query_returns_data_and_report_draws_them(k8s, namespace, tm
         operator = start_operator(k8s, tmp_path, "--webhook-port", str(free_port()), "--webhook-host", "127.0.0.1",
                                   "--manage-webhook-config", "--trusted-user", "admin",
                                   "--metrics-port", str(operator_port))
-        jobs = static_scrape_configs({"operator": (f"127.0.0.1:{operator_port}", "control-plane"),
-                                      "device-plugin": (f"127.0.0.1:{plugin_port}", NODE),
-                                      "node-daemon": (f"127.0.0.1:{daemon_port}", NODE)})
+        jobs = static_scrape_configs({"fgpu-operator": (f"127.0.0.1:{operator_port}", "control-plane"),
+                                      "fgpu-device-plugin": (f"127.0.0.1:{plugin_port}", NODE),
+                                      "fgpu-node-daemon": (f"127.0.0.1:{daemon_port}", NODE)})
         stop_event = threading.Event()
         threads: list[threading.Thread] = []
         try:

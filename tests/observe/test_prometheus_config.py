@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 
 import yaml
-from promserver import COMPONENTS, DEPLOY, prometheus_binary, static_scrape_configs
+from promserver import DEPLOY, JOBS, prometheus_binary, static_scrape_configs
 
 
 def promtool(*args: str) -> subprocess.CompletedProcess:
@@ -19,8 +19,8 @@ def test_local_prometheus_yml_is_valid():
 
 
 def test_scrape_configs_are_valid(tmp_path):
-    jobs = static_scrape_configs({c: ("localhost:1", "n") for c in COMPONENTS})
-    assert [j["job_name"] for j in jobs] == ["fgpu-operator", "fgpu-device-plugin", "fgpu-node-daemon"]
+    jobs = static_scrape_configs({job: ("localhost:1", "n") for job in JOBS})
+    assert tuple(j["job_name"] for j in jobs) == JOBS
     path = tmp_path / "prometheus.yml"
     path.write_text(yaml.safe_dump({"scrape_configs": jobs}))
     done = promtool("check", "config", str(path))
