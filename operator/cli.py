@@ -6,22 +6,15 @@ import argparse
 import importlib
 import sys
 
-from fgpu_operator.placement.errors import PlacementInputError
+from fgpu_contracts.cli import OneLineParser, run_command
 
 COMMAND_MODULES = ("fgpu_operator.sim.command", "fgpu_operator.controller.command",
                    "fgpu_operator.inspect.command", "fgpu_operator.observe.command")
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage error is a single line (and still exit code 2)."""
-
-    def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _OneLineParser(prog="fgpu", description="fgpu: fractional GPUs for Kubernetes")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_OneLineParser)
+    parser = OneLineParser(prog="fgpu", description="fgpu: fractional GPUs for Kubernetes")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
     return parser
@@ -33,17 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    try:
-        return int(args.func(args) or 0)
-    except (PlacementInputError, ValueError) as exc:
-        print(f"fgpu {args.command}: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:
-        # The reader went away (`fgpu simulate | head`): not an error worth a traceback.
-        sys.stderr.close()
-        return 0
+    return run_command(f"fgpu {args.command}", lambda: args.func(args), errors=(ValueError,))
 
 
 if __name__ == "__main__":

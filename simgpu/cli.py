@@ -1,12 +1,13 @@
 """The `simgpu` command line. Each subcommand lives in `simgpu/commands/<name>.py` and exposes
-`register(subparsers)`; bad input raises SimgpuError and becomes one line on stderr with exit code 2."""
+`register(subparsers)`; bad input raises SimgpuError and becomes one line on stderr with exit code 2
+(fgpu_contracts.cli: usage errors too; `simgpu ... | head` ends quietly)."""
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
 
-from simgpu.errors import SimgpuError
+from fgpu_contracts.cli import OneLineParser, run_command
 
 # One entry per subcommand module; add yours here (one line) when you create it.
 COMMAND_MODULES: list[str] = [
@@ -20,8 +21,8 @@ COMMAND_MODULES: list[str] = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="simgpu", description="simgpu: a GPU emulator that matches real hardware")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser = OneLineParser(prog="simgpu", description="simgpu: a GPU emulator that matches real hardware")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     for name in COMMAND_MODULES:
         importlib.import_module(f"simgpu.commands.{name}").register(subparsers)
     return parser
@@ -33,13 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
         return 2
-    try:
-        return int(args.func(args) or 0)
-    except SimgpuError as err:
-        print(f"simgpu {args.command}: error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    return run_command(f"simgpu {args.command}", lambda: args.func(args))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ Two questions are answered:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -178,16 +178,25 @@ def _one(args: tuple[Sequence[NodeSpec], Trace, int, float]) -> Ceiling:
 
 
 def summarise_ceilings(nodes: Sequence[NodeSpec], traces: Sequence[Trace], seeds: Sequence[int], tune: float,
-                       workers: int = 1) -> list[CeilingSummary]:
-    """Per trace: mean ceilings over `seeds` (each seed packed exactly, a few seconds each)."""
+                       workers: int = 1, on_done: Callable[[str], None] | None = None) -> list[CeilingSummary]:
+    """Per trace: mean ceilings over `seeds` (each seed packed exactly, a few seconds each); `on_done` is
+    called after each packing with what it was ("default seed 42")."""
     jobs = [(list(nodes), trace, seed, tune) for trace in traces for seed in seeds]
     if workers > 1 and len(jobs) > 1:
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
-            results = list(pool.map(_one, jobs))
+            results = []
+            for job, result in zip(jobs, pool.map(_one, jobs), strict=True):
+                results.append(result)
+                if on_done:
+                    on_done(f"{job[1].name} seed {job[2]}")
     else:
-        results = [_one(job) for job in jobs]
+        results = []
+        for job in jobs:
+            results.append(_one(job))
+            if on_done:
+                on_done(f"{job[1].name} seed {job[2]}")
     out = []
     for i, trace in enumerate(traces):
         mine = results[i * len(seeds):(i + 1) * len(seeds)]

@@ -4,11 +4,20 @@ from __future__ import annotations
 import argparse
 import os
 import re
+from pathlib import Path
 
 from fgpu_operator.placement.errors import PlacementInputError
 from fgpu_operator.placement.policies import DEFAULT_POLICY, POLICY_NAMES
 
+from fgpu_contracts.cli import check_writable, number
+
 DEFAULT_SEEDS = "42-51"
+DEFAULT_TUNE = 1.3
+MAX_SEEDS = 1000
+#: Above 1.3 x capacity the replay only appends pods past the last arrival bin it reports (130%); 10 bounds
+#: the work (and refuses inf, which would append pods forever).
+MAX_TUNE = 10.0
+SEED_OPTION = number(int, lo=0, hi=2**32 - 1, why="numpy's seed range")
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -17,14 +26,43 @@ def parse_seeds(text: str) -> list[int]:
     if m := re.fullmatch(r"(\d+)\s*-\s*(\d+)", text):
         lo, hi = int(m.group(1)), int(m.group(2))
         if lo > hi:
-            raise PlacementInputError(f"{text!r} is out of order (write {hi}-{lo})", field="seeds")
-        return list(range(lo, hi + 1))
-    if re.fullmatch(r"\d+(\s*,\s*\d+)*", text):
+            raise PlacementInputError(f"{text!r} is out of order (write {hi}-{lo})", field="--seeds")
+        seeds = list(range(lo, min(hi, lo + MAX_SEEDS) + 1))
+    elif re.fullmatch(r"\d+(\s*,\s*\d+)*", text):
         seeds = [int(s) for s in text.split(",")]
         if seeds != sorted(seeds) or len(set(seeds)) != len(seeds):
-            raise PlacementInputError(f"{text!r} must be strictly increasing", field="seeds")
-        return seeds
-    raise PlacementInputError(f"cannot read {text!r}", field="seeds", allowed=["A-B", "A,B,C", "N"])
+            raise PlacementInputError(f"{text!r} must be strictly increasing", field="--seeds")
+    else:
+        raise PlacementInputError(f"cannot read {text!r}", field="--seeds", allowed=["A-B", "A,B,C", "N"])
+    if len(seeds) > MAX_SEEDS or seeds[-1] > 2**32 - 1:
+        raise PlacementInputError(f"{text!r} is too many or too large", field="--seeds",
+                                  allowed=[f"at most {MAX_SEEDS} seeds, each 0..{2**32 - 1}"])
+    return seeds
+
+
+def trace_labels(paths: list[str | None]) -> list[str]:
+    """One label per --pods file: its trace name (openb_pod_list_X.csv -> X), or, where two files share a
+    name, enough of their paths to tell them apart (a/default, b/default). The same file twice is an error."""
+    from .trace import DEFAULT_PODS, bundled_path, trace_name
+
+    files = [Path(p) if p else bundled_path(DEFAULT_PODS) for p in paths]
+    seen: dict[Path, str] = {}
+    for given, f in zip(paths, files, strict=True):
+        key = f.resolve()
+        if key in seen:
+            raise PlacementInputError(f"{given or 'the bundled default trace'} is given twice (also as {seen[key]})",
+                                      field="--pods", allowed=["each trace once"])
+        seen[key] = str(given or "the bundled default trace")
+    labels = [trace_name(f) for f in files]
+    for name in {label for label in labels if labels.count(label) > 1}:
+        same = [i for i, label in enumerate(labels) if label == name]
+        for depth in range(1, 256):  # the files differ, so some depth of their folders tells them apart
+            named = {i: "/".join((*files[i].resolve().parent.parts[-depth:], name)) for i in same}
+            if len(set(named.values())) == len(same):
+                break
+        for i in same:
+            labels[i] = named[i]
+    return labels
 
 
 def parse_policies(names: list[str] | None) -> list[str]:
@@ -37,7 +75,7 @@ def parse_policies(names: list[str] | None) -> list[str]:
             chosen = list(POLICY_NAMES) if part == "all" else [part]
             for p in chosen:
                 if p not in POLICY_NAMES:
-                    raise PlacementInputError(f"unknown policy {p!r}", field="policy",
+                    raise PlacementInputError(f"unknown policy {p!r}", field="--policy",
                                               allowed=[*POLICY_NAMES, "all"])
                 if p not in out:
                     out.append(p)
@@ -54,63 +92,80 @@ def register(subparsers) -> None:
                    help="pod trace CSV, repeatable (default: bundled openb default trace)")
     p.add_argument("--nodes", metavar="CSV", help="node list CSV (default: bundled openb GPU node list)")
     seeds = p.add_mutually_exclusive_group()
-    seeds.add_argument("--seeds", default=None, metavar="A-B", help=f"seeds (default: {DEFAULT_SEEDS})")
-    seeds.add_argument("--seed", type=int, default=None, metavar="N", help="a single seed")
-    p.add_argument("--tune", type=float, default=1.3, metavar="RATIO",
-                   help="scale the workload to RATIO x cluster GPU capacity (default: 1.3; 0: as is)")
+    seeds.add_argument("--seeds", default=None, metavar="A-B",
+                       help=f"replay mode: seeds, A-B or A,B,C (default: {DEFAULT_SEEDS})")
+    seeds.add_argument("--seed", type=SEED_OPTION, default=None, metavar="N",
+                       help="a single seed (timeline mode: its tie-breaking seed, default 42)")
+    p.add_argument("--tune", type=number(float, lo=0, hi=MAX_TUNE), default=None, metavar="RATIO",
+                   help=f"replay mode: scale the workload to RATIO x cluster GPU capacity (default: {DEFAULT_TUNE}; "
+                        f"0: as is; at most {MAX_TUNE:g})")
     p.add_argument("--mode", choices=("replay", "timeline"), default="replay",
                    help="replay: FGD paper protocol (pods never depart); timeline: the trace's own times")
     from .timeline_command import parse_load
 
     p.add_argument("--load", type=parse_load, default=None, metavar="L",
-                   help="timeline mode: compress arrival gaps so the offered load is L x cluster GPU capacity "
-                        "(default: the trace's own times; see docs/timeline.md)")
+                   help="timeline mode: compress arrival gaps so the offered load is L x cluster GPU capacity, "
+                        "e.g. 0.4 (default: the trace's own times, which offer the bundled trace only 0.59%%; "
+                        "see docs/timeline.md)")
     p.add_argument("--ceiling", action="store_true",
                    help="replay mode: also bound what any scheduler could allocate at 100%% arrival (an exact "
                         "offline packing per seed; see docs/placement.md)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--plot", metavar="FILE.png", help="write allocation/fragmentation curves to FILE.png")
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, metavar="N",
+    p.add_argument("--workers", type=number(int, lo=1, hi=1024), default=os.cpu_count() or 1, metavar="N",
                    help="processes to use (default: all CPUs)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    """Every option is checked here, before any file is read or any replay runs."""
     policies = parse_policies(args.policy)
     seeds = [args.seed] if args.seed is not None else parse_seeds(args.seeds or DEFAULT_SEEDS)
-    if args.tune < 0:
-        raise PlacementInputError(f"{args.tune} must not be negative", field="tune")
-    if args.workers < 1:
-        raise PlacementInputError(f"{args.workers} must be at least 1", field="workers")
-    if args.plot and not args.plot.lower().endswith(".png"):
-        raise PlacementInputError(f"{args.plot!r} must end in .png", field="plot")
+    if args.plot:
+        if not args.plot.lower().endswith(".png"):
+            raise PlacementInputError(f"{args.plot!r} must end in .png", field="--plot")
+        check_writable(args.plot, "--plot")
     if args.load is not None and args.mode != "timeline":
         raise PlacementInputError(f"applies only to --mode timeline (got --mode {args.mode})", field="--load")
     if args.ceiling and args.mode != "replay":
         raise PlacementInputError(f"applies only to --mode replay (got --mode {args.mode})", field="--ceiling")
+    if args.mode == "timeline":
+        if args.tune is not None:
+            raise PlacementInputError(f"applies only to --mode replay (timeline mode replays the trace's own pods; "
+                                      f"to change its load use --load, got --tune {args.tune:g})", field="--tune")
+        if args.seeds is not None:
+            raise PlacementInputError(f"timeline mode runs one seed (got --seeds {args.seeds})", field="--seeds",
+                                      allowed=["--seed N"])
     pods = args.pods or [None]
+    labels = trace_labels(pods)
     if args.mode == "timeline":
         from .timeline_command import run_timeline
 
-        return run_timeline(args, policies, pods)
-    return _run_replay(args, policies, seeds, pods)
+        return run_timeline(args, policies, pods, labels)
+    return _run_replay(args, policies, seeds, pods, labels)
 
 
-def _run_replay(args, policies: list[str], seeds: list[int], pods: list[str | None]) -> int:
+def _run_replay(args, policies: list[str], seeds: list[int], pods: list[str | None], labels: list[str]) -> int:
+    from dataclasses import replace
+
     from .report import as_json, ceiling_table, plot, table
     from .runner import jobs_for, run_jobs, summarise
     from .trace import load_nodes, load_pods
 
+    tune = DEFAULT_TUNE if args.tune is None else args.tune
     nodes = load_nodes(args.nodes)  # validate inputs up front: one clear error before any work starts
-    traces = [load_pods(path) for path in pods]
-    jobs = jobs_for(args.nodes, pods, policies, seeds, args.tune)
+    traces = [replace(load_pods(path), name=label) for path, label in zip(pods, labels, strict=True)]
+    jobs = jobs_for(args.nodes, pods, policies, seeds, tune, labels)
     results = _with_progress(jobs, args.workers, run_jobs)
     summaries = summarise(results)
     ceilings = []
     if args.ceiling:
         from .ceiling import summarise_ceilings
+        from .progress import Progress
 
-        ceilings = summarise_ceilings(nodes, traces, seeds, args.tune, args.workers)
+        with Progress(f"bounding the ceiling ({len(traces) * len(seeds)} exact packings)",
+                      len(traces) * len(seeds)) as bar:
+            ceilings = summarise_ceilings(nodes, traces, seeds, tune, args.workers, on_done=bar.advance)
     if args.plot:
         plot(summaries, args.plot, ceilings)
     if args.json:
@@ -126,12 +181,7 @@ def _run_replay(args, policies: list[str], seeds: list[int], pods: list[str | No
 
 
 def _with_progress(jobs, workers, run_jobs):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from .progress import Progress
 
-    from .console import stderr_console
-
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, transient=True, console=stderr_console()) as progress:
-        task = progress.add_task(f"replaying {len(jobs)} runs", total=len(jobs))
-        return run_jobs(jobs, workers, lambda r: progress.update(
-            task, advance=1, description=f"{r.policy} seed {r.seed}"))
+    with Progress(f"replaying {len(jobs)} runs", len(jobs)) as bar:
+        return run_jobs(jobs, workers, lambda r: bar.advance(f"{r.policy} seed {r.seed}"))

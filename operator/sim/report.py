@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -14,11 +15,30 @@ PAPER_ALLOC_AT_100 = {"random": 86.30, "dotprod": 90.62, "clustering": 91.65, "p
                       "bestfit": 92.86, "fgd": 95.23}
 
 
+def seeds_label(seeds: list[int]) -> str:
+    """'42-51' for a run of consecutive seeds, else the list as given ('42,44'), so a label never claims
+    seeds that did not run."""
+    if len(seeds) > 1 and seeds == list(range(seeds[0], seeds[-1] + 1)):
+        return f"{seeds[0]}-{seeds[-1]}"
+    return ",".join(str(s) for s in seeds)
+
+
 def as_json(summaries: Sequence[Summary], ceilings: Sequence[CeilingSummary] = ()) -> str:
     out: dict = {"results": [s.as_json() for s in summaries]}
     if ceilings:
         out["ceilings"] = [c.as_json() for c in ceilings]
-    return json.dumps(out)
+    return json.dumps(finite(out), allow_nan=False)
+
+
+def finite(value):
+    """NaN (e.g. no arrivals reached 100% with --tune 0) as JSON null: bare NaN is not JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
 
 
 def ceiling_table(ceilings: Sequence[CeilingSummary]) -> str:
@@ -37,7 +57,7 @@ def table(summaries: Sequence[Summary]) -> str:
             "s/replay"] + (["paper alloc@100 %"] if show_paper else [])
     rows = []
     for s in summaries:
-        seeds = f"{s.seeds[0]}-{s.seeds[-1]}" if len(s.seeds) > 1 else str(s.seeds[0])
+        seeds = seeds_label(s.seeds)
         row = [s.trace, s.policy, seeds, f"{s.alloc_at_100:.2f}", f"{s.unallocated_pct_at_100:.2f}",
                f"{s.frag_ratio.get(100, float('nan')):.2f}", f"{s.failed_pods:.0f}", f"{s.seconds_per_replay:.1f}"]
         if show_paper:
@@ -86,7 +106,7 @@ def plot(summaries: Sequence[Summary], path: str | Path, ceilings: Sequence[Ceil
     seeds = summaries[0].seeds if summaries else []
     title = "fgpu simulate"
     if seeds:
-        which = f"seeds {seeds[0]}-{seeds[-1]}" if len(seeds) > 1 else f"seed {seeds[0]}"
+        which = f"seeds {seeds_label(seeds)}" if len(seeds) > 1 else f"seed {seeds[0]}"
         title += f": {', '.join(sorted({s.trace for s in summaries}))}, {which}"
     fig.suptitle(title)
     fig.tight_layout()

@@ -18,6 +18,7 @@ class Job:
     policy: str
     seed: int
     tune: float
+    label: str | None = None  # the trace's name in results (default: from its file name)
 
 
 @lru_cache(maxsize=8)
@@ -31,12 +32,18 @@ def _trace(path: str | None) -> Trace:
 
 
 def run_job(job: Job) -> ReplayResult:
-    return replay(_nodes(job.nodes), _trace(job.pods), job.policy, job.seed, job.tune)
+    result = replay(_nodes(job.nodes), _trace(job.pods), job.policy, job.seed, job.tune)
+    if job.label is not None:
+        result.trace = job.label
+    return result
 
 
 def jobs_for(nodes: str | None, pods: Sequence[str | None], policies: Sequence[str], seeds: Sequence[int],
-             tune: float) -> list[Job]:
-    return [Job(nodes, p, policy, seed, tune) for p in pods for policy in policies for seed in seeds]
+             tune: float, labels: Sequence[str] | None = None) -> list[Job]:
+    """One job per (trace, policy, seed); `labels` name the traces in results (see command.trace_labels)."""
+    names = list(labels) if labels is not None else [None] * len(pods)
+    return [Job(nodes, p, policy, seed, tune, label) for p, label in zip(pods, names, strict=True)
+            for policy in policies for seed in seeds]
 
 
 def run_jobs(jobs: Sequence[Job], workers: int = 1,

@@ -20,6 +20,10 @@ POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 TIME_COLUMNS = ("creation_time", "deletion_time")
 QOS_CLASSES = ("LS", "BE", "Burstable", "Guaranteed")
 _SHOWN = 5  # rows named in an error message before "..."
+#: Largest value each integer column may hold: far above any real node or pod (openb's largest: 128 cores,
+#: 1 TiB, 8 GPUs), low enough that sums and per-GPU arrays stay exact and small.
+COLUMN_MAX = {"cpu_milli": 10**7, "memory_mib": 2**30, "gpu": 64, "num_gpu": 64, "gpu_milli": 10**6,
+              "creation_time": 10**12, "deletion_time": 10**12}
 
 
 @dataclass(frozen=True)
@@ -55,14 +59,20 @@ def trace_name(path: Path) -> str:
 
 def _rows(path: Path, required: tuple[str, ...], what: str) -> list[dict[str, str]]:
     try:
-        with open(path, newline="", encoding="utf-8") as f:
+        with open(path, newline="", encoding="utf-8-sig") as f:  # -sig: a spreadsheet's UTF-8 BOM is no column
             reader = csv.DictReader(f)
             header = reader.fieldnames or []
             missing = [c for c in required if c not in header]
             if missing:
                 raise PlacementInputError(f"{path}: missing column(s) {', '.join(missing)}",
                                           field=what, allowed=[", ".join(required)])
-            return list(reader)
+            rows = []
+            for i, row in enumerate(reader, start=2):
+                if None in row:  # DictReader's key for fields past the header's
+                    raise PlacementInputError(f"{path}: row {i} has {len(header) + len(row[None])} fields, the "
+                                              f"header {len(header)}", field=what)
+                rows.append({k: v or "" for k, v in row.items()})  # a short row's missing fields: empty
+            return rows
     except OSError as exc:
         raise PlacementInputError(f"cannot read {path}: {exc.strerror or exc}", field=what) from None
     except (UnicodeDecodeError, csv.Error) as exc:
@@ -75,6 +85,8 @@ def _rows_named(rows: list[int]) -> str:
 
 
 def _int_column(rows: list[dict[str, str]], column: str, path: Path, what: str, *, optional=False) -> list:
+    """A column of non-negative integers (`12.0` is 12; inf, nan, 1e30 and -1 are not), at most COLUMN_MAX."""
+    top = COLUMN_MAX[column]
     values, bad = [], []
     for i, row in enumerate(rows, start=2):  # row numbers as a spreadsheet shows them (header is row 1)
         text = (row.get(column) or "").strip()
@@ -83,31 +95,48 @@ def _int_column(rows: list[dict[str, str]], column: str, path: Path, what: str, 
             continue
         try:
             value = float(text)
-            if value < 0 or value != int(value):
+            if not 0 <= value <= top or value != int(value):  # also refuses nan and inf
                 raise ValueError
             values.append(int(value))
         except ValueError:
             bad.append(i)
     if bad:
-        raise PlacementInputError(f"{path}: column {column} must hold non-negative integers; "
-                                  f"bad value in {_rows_named(bad)}", field=what)
+        first = (rows[bad[0] - 2].get(column) or "").strip()
+        raise PlacementInputError(f"{path}: column {column} must hold integers 0..{top}; bad value {first[:30]!r} "
+                                  f"in {_rows_named(bad)}", field=what)
     return values
+
+
+def _unique(rows: list[dict[str, str]], column: str, path: Path, what: str) -> None:
+    seen: dict[str, int] = {}
+    for i, row in enumerate(rows, start=2):
+        name = (row.get(column) or "").strip()
+        if not name:
+            raise PlacementInputError(f"{path}: column {column} is empty in row {i}", field=what)
+        if name in seen:
+            raise PlacementInputError(f"{path}: {column} {name[:40]!r} appears twice (rows {seen[name]} and {i})",
+                                      field=what, allowed=[f"a unique {column} per row"])
+        seen[name] = i
 
 
 def load_nodes(path: str | Path | None = None) -> list[NodeSpec]:
     path = Path(path) if path else bundled_path(DEFAULT_NODES)
-    rows = _rows(path, NODE_COLUMNS, "nodes")
+    rows = _rows(path, NODE_COLUMNS, "--nodes")
     if not rows:
-        raise PlacementInputError(f"{path} has no nodes", field="nodes")
-    cpu = _int_column(rows, "cpu_milli", path, "nodes")
-    mem = _int_column(rows, "memory_mib", path, "nodes")
-    gpus = _int_column(rows, "gpu", path, "nodes")
+        raise PlacementInputError(f"{path} has no nodes", field="--nodes")
+    _unique(rows, "sn", path, "--nodes")
+    cpu = _int_column(rows, "cpu_milli", path, "--nodes")
+    mem = _int_column(rows, "memory_mib", path, "--nodes")
+    gpus = _int_column(rows, "gpu", path, "--nodes")
+    if not sum(gpus):
+        raise PlacementInputError(f"{path} has no GPUs (column gpu is 0 on every row)", field="--nodes",
+                                  allowed=["a node list with at least one GPU"])
     unknown = [i for i, (row, g) in enumerate(zip(rows, gpus, strict=True), start=2)
                if g > 0 and row["model"].strip() not in GPU_MEMORY_MIB]
     if unknown:
         names = sorted({rows[i - 2]["model"].strip() or "<empty>" for i in unknown})
         raise PlacementInputError(f"{path}: unknown GPU model {', '.join(names)} in {_rows_named(unknown)}",
-                                  field="nodes", allowed=sorted(GPU_MEMORY_MIB))
+                                  field="--nodes", allowed=sorted(GPU_MEMORY_MIB))
     return [NodeSpec(row["sn"], c, m, g, row["model"].strip() if g > 0 else "")
             for row, c, m, g in zip(rows, cpu, mem, gpus, strict=True)]
 
@@ -115,32 +144,38 @@ def load_nodes(path: str | Path | None = None) -> list[NodeSpec]:
 def load_pods(path: str | Path | None = None, *, need_times: bool = False) -> Trace:
     path = Path(path) if path else bundled_path(DEFAULT_PODS)
     required = POD_COLUMNS + (TIME_COLUMNS if need_times else ())
-    rows = _rows(path, required, "pods")
-    cpu = _int_column(rows, "cpu_milli", path, "pods")
-    mem = _int_column(rows, "memory_mib", path, "pods")
-    num = _int_column(rows, "num_gpu", path, "pods")
-    milli = _int_column(rows, "gpu_milli", path, "pods")
-    created = _int_column(rows, "creation_time", path, "pods", optional=True) if need_times else None
-    deleted = _int_column(rows, "deletion_time", path, "pods", optional=True) if need_times else None
+    rows = _rows(path, required, "--pods")
+    _unique(rows, "name", path, "--pods")
+    cpu = _int_column(rows, "cpu_milli", path, "--pods")
+    mem = _int_column(rows, "memory_mib", path, "--pods")
+    num = _int_column(rows, "num_gpu", path, "--pods")
+    milli = _int_column(rows, "gpu_milli", path, "--pods")
+    created = _int_column(rows, "creation_time", path, "--pods", optional=True) if need_times else None
+    deleted = _int_column(rows, "deletion_time", path, "--pods", optional=True) if need_times else None
     over = [i for i, (n, m) in enumerate(zip(num, milli, strict=True), start=2) if m > MILLI or (n > 1 and 0 < m < MILLI)]
     if over:
         raise PlacementInputError(f"{path}: gpu_milli must be at most 1000, and below 1000 only when num_gpu "
-                                  f"is 1; bad value in {_rows_named(over)}", field="pods")
+                                  f"is 1; bad value in {_rows_named(over)}", field="--pods")
     models = [tuple(m for m in (row.get("gpu_spec") or "").split("|") if m.strip()) for row in rows]
     unknown = [i for i, spec in enumerate(models, start=2) if any(m not in GPU_MEMORY_MIB for m in spec)]
     if unknown:
         names = sorted({m for spec in models for m in spec if m not in GPU_MEMORY_MIB})
         raise PlacementInputError(f"{path}: unknown GPU model {', '.join(names)} in column gpu_spec, "
-                                  f"{_rows_named(unknown)}", field="pods", allowed=sorted(GPU_MEMORY_MIB))
+                                  f"{_rows_named(unknown)}", field="--pods", allowed=sorted(GPU_MEMORY_MIB))
+    odd = [i for i, row in enumerate(rows, start=2) if (row.get("qos") or "").strip() not in ("", *QOS_CLASSES)]
+    if odd:
+        names = sorted({(rows[i - 2].get("qos") or "").strip()[:20] for i in odd})
+        raise PlacementInputError(f"{path}: unknown qos {', '.join(map(repr, names))} in {_rows_named(odd)}",
+                                  field="--pods", allowed=[*QOS_CLASSES, "empty"])
     if need_times:
         missing = [i for i, t in enumerate(created, start=2) if t is None]
         if missing:
-            raise PlacementInputError(f"{path}: creation_time is empty in {_rows_named(missing)}", field="pods")
+            raise PlacementInputError(f"{path}: creation_time is empty in {_rows_named(missing)}", field="--pods")
     pods = []
     for i, row in enumerate(rows):
         request = Request(name=row["name"], cpu_milli=cpu[i], memory_mib=mem[i], num_gpu=num[i],
                           gpu_milli=milli[i], gpu_models=models[i], qos=(row.get("qos") or "").strip())
         pods.append(PodRecord(request, created[i] if created else None, deleted[i] if deleted else None))
     if not any(p.request.wants_gpu for p in pods):
-        raise PlacementInputError(f"{path} has no GPU pods (every row has num_gpu or gpu_milli 0)", field="pods")
+        raise PlacementInputError(f"{path} has no GPU pods (every row has num_gpu or gpu_milli 0)", field="--pods")
     return Trace(trace_name(path), tuple(pods))

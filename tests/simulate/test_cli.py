@@ -99,7 +99,7 @@ def test_seed_parser_accepts_or_explains(text):
     try:
         seeds = parse_seeds(text)
     except PlacementInputError as exc:
-        assert str(exc).startswith("seeds:")
+        assert str(exc).startswith("--seeds:")
     else:
         assert seeds == sorted(set(seeds)) and seeds
 
