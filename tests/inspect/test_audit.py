@@ -2,7 +2,7 @@
 passes; each kind of violation is found and said in one line naming the object."""
 from __future__ import annotations
 
-from fgpu_operator.inspect.audit import audit, check
+from fgpu_operator.inspect.audit import Handed, audit, check, handed_from_daemon_metrics, handed_from_env
 from fgpu_operator.inspect.render import render
 from inspect_objects import GIB, a100_mig, assignment, h100, node, pod
 
@@ -65,3 +65,66 @@ def test_unreadable_or_misplaced_allocations_are_violations_too():
                             "node gpu-a"
     assert violations[1].startswith("pod default/broken: fgpu.io/assignment")
     assert len(violations) == 2
+
+
+def asked(name: str, milli: int = 500, mem_gib: int = 40, **kw) -> dict:
+    """A bound pod whose fgpu.io/request is a real request, for the request-vs-allocation and grant checks."""
+    from fgpu_contracts.request import ContainerRequest, GpuRequest, dump_request
+
+    given = assignment("gpu-a", ("main", 0, [{"uuid": "GPU-a0", "milli_gpu": milli, "mem_bytes": mem_gib * GIB,
+                                              "sm_pct": milli // 10}]))
+    p = pod(name, node_name="gpu-a", assigned=given, **kw)
+    p["metadata"]["annotations"][keys.REQUEST] = dump_request(GpuRequest(containers=[ContainerRequest(
+        container="main", milli_gpu=500, mem_bytes=40 * GIB)]))
+    return p
+
+
+def test_a_share_other_than_the_one_asked_for_is_a_violation():
+    assert audit(NODES, [asked("fair")]) == []
+    assert audit(NODES, [asked("greedy", milli=600)]) == [
+        "pod default/greedy container main: holds 600 milli-GPU, 60% SMs, 42949672960 bytes of GPU-a0, asked for "
+        "500 milli-GPU, 50% SMs, 42949672960 bytes"]
+
+
+def handed(pod_name: str, mem_gib: int | None = 40, sm: int | None = 50, **kw) -> Handed:
+    return Handed(**{"node": "gpu-a", "namespace": "default", "pod": pod_name, "container": "main",
+                     "device_uuid": "GPU-a0", "mem_bytes": mem_gib * GIB if mem_gib else None, "sm_pct": sm, **kw})
+
+
+def test_what_the_device_plugin_handed_must_be_the_pods_allocation():
+    pods = [asked("a"), asked("b", phase="Pending")]
+    assert audit(NODES, pods, grants={"gpu-a": [handed("a")]}) == []  # b: not allocated yet, owes nothing
+    assert audit(NODES, pods, grants={"gpu-a": [handed("a", mem_gib=80), handed("b", device_uuid="GPU-a1")]}) == [
+        f"node gpu-a grant for default/a container main on GPU-a0: handed {80 * GIB} bytes and 50% SMs, its "
+        f"allocation says {40 * GIB} bytes and 50% SMs",
+        "node gpu-a grant for default/b container main on GPU-a1: not a device its allocation gives that container"]
+
+
+def test_a_running_or_recorded_container_without_its_grant_and_a_context_without_its_pod():
+    recorded = asked("rec", phase="Pending", annotations={keys.ALLOCATED: '["main"]'})
+    violations = audit(NODES, [asked("run"), recorded], grants={"gpu-a": [handed("gone", live=True),
+                                                                          handed("deleted-before-the-check")]})
+    assert violations == [
+        "node gpu-a context for default/gone container main on GPU-a0: still open, but the pod is gone",
+        "pod default/run container main: allocated on gpu-a but its device plugin handed it no share of GPU-a0",
+        "pod default/rec container main: allocated on gpu-a but its device plugin handed it no share of GPU-a0"]
+    assert audit(NODES, [asked("run")], grants={"gpu-b": []}) == []  # only the nodes reported are checked
+
+
+def test_grants_read_back_from_allocate_tokens_and_daemon_metrics():
+    from simgpu.token import Grant, issue_token
+
+    secret = b"s" * 32
+    grant = Grant(device_uuid="GPU-a0", mem_limit_bytes=40 * GIB, sm_limit_pct=50, pod_namespace="default",
+                  pod_name="a", container="main")
+    envs = {"FGPU_CONTEXT_TOKEN_0": issue_token(secret, grant), "FGPU_CONTEXT_TOKEN": "ignored: same as _0"}
+    assert handed_from_env("gpu-a", envs, secret) == [handed("a")]
+    scrape = ('# TYPE fgpu_pod_gpu_memory_limit_bytes gauge\nfgpu_pod_gpu_memory_limit_bytes{gpu="0",UUID="GPU-a0",'
+              'namespace="default",pod="a",container="main"} 4.294967296e+10\n')
+    assert handed_from_daemon_metrics("gpu-a", scrape) == [handed("a", None, None, live=True)]
+    forged = issue_token(b"x" * 32, grant)
+    import pytest
+
+    from simgpu.errors import SimgpuError
+    with pytest.raises(SimgpuError):
+        handed_from_env("gpu-a", {"FGPU_CONTEXT_TOKEN_0": forged}, secret)
