@@ -24,8 +24,8 @@ from fgpu_operator.observe import promql
 from fgpu_operator.observe.boards import BOARDS
 from fgpu_operator.observe.prom import Prometheus
 from fgpu_operator.observe.report import ALL
-from kubeplane import free_port
-from operator_proc import start_operator, stop
+from devcluster.kubeplane import free_port
+from operator_proc import start_operator, stop, wait_webhook_live
 from plugin_proc import running_plugin
 from polling import wait_for
 from promserver import running_prometheus, static_scrape_configs
@@ -147,7 +147,6 @@ def _has_numbers(series) -> bool:
 
 
 def test_every_panel_query_returns_data_and_report_draws_them(k8s, namespace, tmp_path, node_daemon):
-    from kubernetes import client
     from kubernetes.client.rest import ApiException
 
     daemon_socket, daemon_port = node_daemon
@@ -173,19 +172,8 @@ def test_every_panel_query_returns_data_and_report_draws_them(k8s, namespace, tm
                 wait_for(lambda: len(prom.query("up == 1")) == len(jobs), 30, "every target scraped once",
                          show=lambda: prom.query("up"))
                 started = time.time()
-                with k8s.api() as api:
-                    reg = client.AdmissionregistrationV1Api(api)
-                    wait_for(lambda: reg.list_mutating_webhook_configuration().items, what="webhook configuration")
-
-                def create(body):
-                    try:
-                        return core.create_namespaced_pod(namespace, body)
-                    except ApiException as e:  # the webhook may answer a moment after its configuration exists
-                        if e.status == 400 and "fgpu" in (e.body or ""):
-                            raise
-                        return None
-
-                wait_for(lambda: create(_pod("serve", "0.5", "4Gi", "high")), what="serve admitted")
+                wait_webhook_live(core, namespace)
+                core.create_namespaced_pod(namespace, _pod("serve", "0.5", "4Gi", "high"))
                 with pytest.raises(ApiException) as denied:  # the webhook refuses a fraction above 1
                     core.create_namespaced_pod(namespace, _pod("bad", "1.5", "4Gi"))
                 assert denied.value.status == 400
