@@ -30,8 +30,9 @@ minus the moment the create request was sent; pods/s = pods bound / (last bound 
 whose bound rate is within 10% of its creation rate is marked creation-bound: that is the creator's rate, not
 the scheduler's. RSS: VmHWM (peak) and VmRSS from /proc/<pid>/status when a run ends (a process serves all
 modes of its setting, so the peak covers the earlier modes too). CPU: per process, share of one core from the
-first create until the run ends (all bound, or giving up after --stall). Everything shares this machine's
-CPUs (and, on a shared machine, other people's work): numbers are noisy.
+first create until the run ends (all bound, or giving up after --stall), and CPU time per bound pod — the
+least load-dependent figure here: what a pod costs the scheduler whatever else runs. Everything shares this
+machine's CPUs (and, on a shared machine, other people's work): rates and latencies are noisy.
 
     FGPU_TESTBIN=$(hack/testbin.sh | tail -n1) .venv/bin/python bench/scheduler.py [--quick]
         [--nodes 1000] [--gpus-per-node 8] [--pods 5000] [--settings default,500/1000] [--modes fast,rate]
@@ -478,6 +479,7 @@ def summarize(trace: Trace, cpu: dict[str, float]) -> dict:
         "p50": statistics.median(lat) if lat else float("nan"),
         "p99": lat[int(0.99 * (len(lat) - 1))] if lat else float("nan"),
         "cpu": {k: v / wall if wall > 0 else 0.0 for k, v in cpu.items()},
+        "cpu_ms_per_pod": {k: 1000 * v / len(bound) if bound else float("nan") for k, v in cpu.items()},
         "bound_at": timeline,
     }
 
@@ -499,12 +501,13 @@ def secs(value: float) -> str:
 
 
 def results_table(rows: list[dict]) -> str:
-    out = ["| nodes | pods | scheduler | QPS/burst | timing | pods/s | p50 | p99 | sched CPU | sched RSS peak (now) |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+    out = ["| nodes | pods | scheduler | QPS/burst | timing | pods/s | p50 | p99 | sched CPU | sched CPU per pod "
+           "| sched RSS peak (now) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         out.append(f"| {r['nodes']} | {r['pods']} | {r['scheduler']} | {r['setting']} | {timing(r)} | "
                    f"**{r['pods_per_s']:.1f}** | {secs(r['p50'])} | {secs(r['p99'])} | {r['cpu']['scheduler']:.0%} | "
-                   f"{r['rss_peak_mb']:.0f} MB ({r['rss_mb']:.0f} MB) |")
+                   f"{r['cpu_ms_per_pod']['scheduler']:.1f} ms | {r['rss_peak_mb']:.0f} MB ({r['rss_mb']:.0f} MB) |")
     return "\n".join(out)
 
 

@@ -122,9 +122,9 @@ class Scheduler:
             return
         entry = self.parked.get(uid) or self.queue.get(uid)
         if entry is not None:
-            entry.pod = pod  # keep its place, with the fresh object
+            entry.pod = _pending_fields(pod)  # keep its place, with the fresh object
             return
-        entry = Pending(pod, translate.gpu_request(pod))
+        entry = Pending(_pending_fields(pod), translate.gpu_request(pod))
         self.queue.push(uid, entry, entry.key)
         self._wake.set()
 
@@ -260,6 +260,15 @@ class Scheduler:
         """Wait for in-flight binds (tests, shutdown)."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+def _pending_fields(pod: dict) -> dict:
+    """A waiting pod as the queue keeps it: without metadata.managedFields (often its largest part) and with
+    only the conditions of its status (PodScheduled is rewritten from them): a backlog of thousands of pods
+    is held in memory until bound."""
+    meta = {k: v for k, v in (pod.get("metadata") or {}).items() if k != "managedFields"}
+    conditions = (pod.get("status") or {}).get("conditions")
+    return {**pod, "metadata": meta, "status": {"conditions": conditions} if conditions else {}}
 
 
 def _placement_fields(node: dict) -> dict:
