@@ -2,7 +2,7 @@
 re-registration time after a kubelet restart. Targets (issue 5): Allocate p99 <= 5 ms, re-registration
 <= 2 s.
 
-Pods come from a real kube-apiserver (started from $FGPU_TESTBIN with tests/e2e/kubeplane.py) when
+Pods come from a real kube-apiserver (started from $FGPU_TESTBIN with devcluster/kubeplane.py) when
 FGPU_TESTBIN is set, else from an in-memory stub of the pod list; the output says which. The kubelet is the
 test suite's stub kubelet (real gRPC over unix sockets); latency is measured at the stub, so it includes
 the gRPC round trip.
@@ -29,10 +29,9 @@ from pathlib import Path
 import grpc
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "tests" / "deviceplugin"), str(REPO / "tests" / "e2e")]
+sys.path[:0] = [str(REPO)]
 
-from stub_kubelet import StubKubelet  # noqa: E402
-
+from devcluster.stub_kubelet import StubKubelet  # noqa: E402
 from deviceplugin.allocate import AllocContext  # noqa: E402
 from deviceplugin.api import api_pb2, api_pb2_grpc  # noqa: E402
 from deviceplugin.handoff import PodView  # noqa: E402
@@ -94,7 +93,7 @@ class ApiserverPods:
     """Pods on a real kube-apiserver, read through the plugin's own watch-fed cache (deviceplugin.kube)."""
 
     def __init__(self, testbin: str) -> None:
-        from kubeplane import ControlPlane, find_testbin
+        from devcluster.kubeplane import ControlPlane, find_testbin
 
         self.workdir = Path(tempfile.mkdtemp(prefix="fgpu-bench-"))
         self.plane = ControlPlane(find_testbin(testbin), self.workdir / "plane", Path(tempfile.mkdtemp(prefix="etcd-")))

@@ -2,7 +2,7 @@
 pool of 64 workers binds them all (Binding with hand-off annotations, round-robin over KWOK nodes), once per
 client rate limit. Compare with reference/scheduler-baseline.md (backlog drain rows).
 
-Starts etcd + kube-apiserver + KWOK from $FGPU_TESTBIN (tests/e2e/kubeplane.py), or uses --kubeconfig.
+Starts etcd + kube-apiserver + KWOK from $FGPU_TESTBIN (devcluster/kubeplane.py), or uses --kubeconfig.
 
     FGPU_TESTBIN=$(hack/testbin.sh | tail -n1) .venv/bin/python bench/kube_bind.py [--pods 2000] [--nodes 10]
         [--limits none,500/1000,50/100] [--in-flight 64]
@@ -128,7 +128,7 @@ def main() -> None:
     if args.kubeconfig:
         asyncio.run(bench(args.kubeconfig, [f"node-{i}" for i in range(args.nodes)], args))
         return
-    from kubeplane import ControlPlane, find_testbin
+    from devcluster.kubeplane import ControlPlane, find_testbin
 
     workdir = Path(tempfile.mkdtemp(prefix="fgpu-bench-bind-"))
     plane = ControlPlane(find_testbin(os.environ.get("FGPU_TESTBIN")), workdir / "plane", workdir / "etcd")

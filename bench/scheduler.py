@@ -383,7 +383,7 @@ class Bench:
             from operator_proc import start_operator
 
             self.set_slots(SLOTS_PER_GPU * self.args.gpus_per_node)
-            from kubeplane import free_port
+            from devcluster.kubeplane import free_port
 
             self.metrics_port = free_port()
             extra = [*(setting.fgpu_args() if setting else []), "--metrics-port", str(self.metrics_port)]
@@ -604,7 +604,7 @@ def machine() -> dict:
 # ---- main -----------------------------------------------------------------------------------------------------
 def main() -> int:
     args = parse_args()
-    from kubeplane import ControlPlane, find_testbin
+    from devcluster.kubeplane import ControlPlane, find_testbin
 
     began = time.perf_counter()
     info = machine()

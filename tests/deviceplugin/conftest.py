@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from stub_kubelet import StubKubelet
+
+from devcluster.stub_kubelet import StubKubelet
 
 REPO = Path(__file__).resolve().parents[2]
 

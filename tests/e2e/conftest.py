@@ -20,7 +20,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from kubeplane import ComponentError, ControlPlane, TestbinError, find_testbin
+
+from devcluster.kubeplane import ComponentError, ControlPlane, TestbinError, find_testbin
 
 _PLANE: ControlPlane | None = None  # for failure reports
 

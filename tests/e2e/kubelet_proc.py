@@ -1,5 +1,5 @@
 """One real Kubernetes node for e2e tests: Debian's containerd (+ runc, CNI plugins) and a real kubelet built
-by hack/testbin.sh, registered with the test apiserver (kubeplane.ControlPlane).
+by hack/testbin.sh, registered with the test apiserver (devcluster.kubeplane.ControlPlane).
 
 The machine is prepared by hack/node-setup.sh (packages, containerd's CRI config, CNI config, the probe
 image); its directory comes in as FGPU_NODE. This module starts a containerd of its own (root, state and
@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 
 import yaml
-from kubeplane import Component, ComponentError, free_port, http_ok
+
+from devcluster.kubeplane import Component, ComponentError, free_port, http_ok
 
 DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")  # fixed in the kubelet
 CHECKPOINT = DEVICE_PLUGIN_DIR / "kubelet_internal_checkpoint"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 from inventories import fractional_inventory
-from kubeplane import die_with_parent
 
+from devcluster.kubeplane import die_with_parent
 from fgpu_contracts import keys
 from fgpu_contracts.request import ContainerRequest, GpuRequest, dump_request
 

@@ -9,12 +9,12 @@ import uuid
 from dataclasses import dataclass, field
 
 import pytest
-from kubeplane import free_port
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from operator_proc import start_operator, stop, wait_webhook_live
 from polling import wait_for
 
+from devcluster.kubeplane import free_port
 from fgpu_contracts import keys
 
 GIB = 1 << 30

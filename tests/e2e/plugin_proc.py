@@ -1,5 +1,5 @@
 """fgpu's device plugin as a real process for e2e tests, registered with the stub kubelet
-(tests/deviceplugin/stub_kubelet.py) and publishing to the test cluster as the plugin of one node."""
+(devcluster/stub_kubelet.py) and publishing to the test cluster as the plugin of one node."""
 from __future__ import annotations
 
 import contextlib
@@ -13,10 +13,8 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "deviceplugin"))
 
-from stub_kubelet import StubKubelet  # noqa: E402
-
+from devcluster.stub_kubelet import StubKubelet  # noqa: E402
 from simgpu.nodeconfig import parse_node_config  # noqa: E402
 
 

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import yaml
 from helmchart import ROOT, helm, render
-from kubeplane import free_port
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from operator_proc import gpu_node, share_pod, start_operator, stop
 from polling import wait_for
 
+from devcluster.kubeplane import free_port
 from fgpu_contracts import keys
 
 QUICKSTART = ROOT / "deploy" / "values" / "quickstart.yaml"

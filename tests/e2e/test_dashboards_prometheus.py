@@ -24,12 +24,12 @@ from fgpu_operator.observe import promql
 from fgpu_operator.observe.boards import BOARDS
 from fgpu_operator.observe.prom import Prometheus
 from fgpu_operator.observe.report import ALL
-from devcluster.kubeplane import free_port
 from operator_proc import start_operator, stop, wait_webhook_live
 from plugin_proc import running_plugin
 from polling import wait_for
 from promserver import running_prometheus, static_scrape_configs
 
+from devcluster.kubeplane import free_port
 from deviceplugin.api import api_pb2
 from fgpu_contracts import keys
 from simgpu.client import DaemonClient

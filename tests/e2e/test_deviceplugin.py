@@ -3,7 +3,7 @@ from a pending pod bound to the node, records the allocation on the pod, and the
 labels, the GPU inventory and fractional mode's node-level resources on the Node.
 
 The plugin runs as its own process (`fgpu-device-plugin --kubeconfig ...`); the kubelet is the stub from
-tests/deviceplugin/stub_kubelet.py (there is no kubelet in CI; docs/testing.md)."""
+devcluster/stub_kubelet.py (there is no kubelet in CI; docs/testing.md)."""
 from __future__ import annotations
 
 import json
@@ -18,8 +18,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "deviceplugin"))
 
 from plugin_proc import running_plugin  # noqa: E402
-from stub_kubelet import StubKubelet  # noqa: E402
 
+from devcluster.stub_kubelet import StubKubelet  # noqa: E402
 from deviceplugin.api import api_pb2  # noqa: E402
 from fgpu_contracts.assignment import (  # noqa: E402
     Assignment,

@@ -75,9 +75,10 @@ def test_fractional_pods_packed_bound_atomically_pending_explained_then_placed(
 def test_webhook_normalises_a_hami_pod_and_denies_a_bad_one(k8s, kwok, make_kwok_node, namespace, tmp_path):
     """The real apiserver calls the operator's webhook: a HAMi-spelled pod for the default scheduler is taken
     over and bound with the share it asked for; a bad request is refused with one line."""
-    from kubeplane import free_port
     from kubernetes import client
     from kubernetes.client.rest import ApiException
+
+    from devcluster.kubeplane import free_port
 
     gpu_node(make_kwok_node, k8s, "wh-a100", model="A100-SXM4-80GB", count=1)
     proc = start_operator(k8s, tmp_path, "--webhook-port", str(free_port()), "--webhook-host", "127.0.0.1",

@@ -6,11 +6,11 @@ from __future__ import annotations
 import urllib.request
 
 import pytest
-from kubeplane import free_port
 from operator_proc import gpu_node, share_pod, start_operator, stop
 from polling import wait_for
 from promcheck import matching, promtool_check, series, value
 
+from devcluster.kubeplane import free_port
 from fgpu_contracts.metrics import of
 
 pytestmark = pytest.mark.e2e

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 import yaml
 from kubelet_proc import CHECKPOINT, DEVICE_PLUGIN_DIR, TAINT, NodeSetupError, RealNode, node_dir
-from kubeplane import ComponentError, die_with_parent, free_port
 from operator_proc import install_crds, start_operator, stop
 from polling import wait_for
 
+from devcluster.kubeplane import ComponentError, die_with_parent, free_port
 from fgpu_contracts import keys
 from simgpu.nodeconfig import parse_node_config
 from simgpu.token import verify_token

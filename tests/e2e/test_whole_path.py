@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from kubeplane import free_port
 from operator_proc import start_operator, stop, wait_webhook_live
 from plugin_proc import running_plugin
 from polling import wait_for
 
+from devcluster.kubeplane import free_port
 from deviceplugin.api import api_pb2
 from fgpu_contracts import keys
 from simgpu.token import verify_token
