@@ -100,10 +100,11 @@ def http_ok(url: str, token: str | None = None, timeout: float = 2.0) -> bool:
 class Component:
     """One control-plane process, its argv and its log file."""
 
-    def __init__(self, name: str, argv: list[str], log_path: Path):
+    def __init__(self, name: str, argv: list[str], log_path: Path, detach: bool = False):
         self.name = name
         self.argv = argv
         self.log_path = log_path
+        self.detach = detach  # a session of its own that outlives the parent (the demo's cluster)
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
@@ -114,7 +115,8 @@ class Component:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,
+                start_new_session=self.detach,
+                preexec_fn=None if self.detach else _die_with_parent,
             )
         finally:
             log.close()
@@ -163,8 +165,9 @@ class ControlPlane:
     order, the apiserver before etcd.
     """
 
-    def __init__(self, testbin: Path, workdir: Path, datadir: Path):
+    def __init__(self, testbin: Path, workdir: Path, datadir: Path, detach: bool = False):
         self.testbin = testbin
+        self.detach = detach  # processes outlive this one (see Component); stop() still stops them
         self.workdir = workdir  # logs, certificates, kubeconfig: kept after the run for post-mortems
         self.datadir = datadir  # etcd's data: large, removed by the caller
         self.token = secrets.token_hex(16)
@@ -197,7 +200,7 @@ class ControlPlane:
         )
 
     def _launch(self, name: str, argv: list[str]) -> Component:
-        comp = Component(name, argv, self.workdir / f"{name}.log")
+        comp = Component(name, argv, self.workdir / f"{name}.log", self.detach)
         (self.workdir / f"{name}.argv").write_text(" \\\n  ".join(argv) + "\n")
         comp.start()
         self.components.append(comp)
@@ -352,9 +355,10 @@ class ControlPlane:
         ])
         sched.wait_ready(lambda: http_ok(f"https://127.0.0.1:{port}/readyz"), 90, "/readyz answering ok")
 
-    def start_kwok(self) -> None:
+    def start_kwok(self, stages: Path | None = None) -> None:
         """KWOK manages nodes annotated kwok.x-k8s.io/node=fake (marks them Ready, heartbeats them) and runs
-        the pods bound to them (Pending -> Running, pod IPs), with the upstream stages from testbin."""
+        the pods bound to them (Pending -> Running, pod IPs), with the upstream stages from testbin or the
+        stage definitions in `stages`."""
         if self.running("kwok"):
             return
         port = free_port()
@@ -362,7 +366,7 @@ class ControlPlane:
         kwok = self._launch("kwok", [
             self.bin("kwok"),
             f"--kubeconfig={self.kubeconfig}",
-            f"--config={self.testbin / KWOK_STAGES}",
+            f"--config={stages or self.testbin / KWOK_STAGES}",
             "--manage-all-nodes=false",
             f"--manage-nodes-with-annotation-selector={key}={value}",
             "--cidr=10.244.0.0/16",
@@ -460,6 +464,23 @@ class ControlPlane:
         """The process id of a running component (to read its memory or CPU time), or None."""
         comp = self._by_name.get(name)
         return comp.proc.pid if comp is not None and comp.alive() and comp.proc is not None else None
+
+    def restart(self, name: str, down_s: float = 0.0, kill: bool = False) -> float:
+        """Stop one component (SIGTERM, or SIGKILL with `kill`), leave it down `down_s` seconds, start it again
+        with the same argv (same ports, same data) and wait until it answers; returns the seconds it was
+        unavailable. For the fault tests: kube-apiserver or etcd restarted under load."""
+        comp = self._by_name[name]
+        started = time.monotonic()
+        if kill and comp.alive():
+            comp.proc.kill()
+            comp.proc.wait(10)
+        comp.stop()
+        time.sleep(down_s)
+        comp.start()
+        probes = {"etcd": lambda: http_ok(f"{self.etcd_url}/health"),
+                  "kube-apiserver": lambda: http_ok(f"{self.server}/readyz", self.token)}
+        comp.wait_ready(probes.get(name, comp.alive), 120, "answering again after a restart")
+        return time.monotonic() - started
 
     def stop_component(self, name: str) -> None:
         """Stop one optional component (e.g. kube-scheduler, to start it again with other settings)."""

@@ -1,0 +1,145 @@
+"""fgpu's own processes on a dev cluster: the operator (scheduler + admission webhook), a node's simgpu daemon
+and device plugin; fgpu's CRDs; waiting until the apiserver calls the webhook. Used by the e2e tests (through
+tests/e2e/operator_proc.py), bench/scheduler.py and the demo.
+
+`detach=True` starts a process in a session of its own that outlives its parent (the demo's cluster stays up
+after `make demo` returns, until `make demo-down`); otherwise it dies with its parent (PR_SET_PDEATHSIG), so a
+killed test run leaves nothing behind."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from devcluster.kubeplane import ComponentError, die_with_parent
+from devcluster.polling import wait_until
+from fgpu_contracts import keys
+
+REPO = Path(__file__).resolve().parents[1]
+CRDS = REPO / "deploy" / "crds"
+FGPU = str(Path(sys.executable).with_name("fgpu"))
+
+
+def spawn(argv: list[str], log_path: Path, env: dict[str, str] | None = None, detach: bool = False,
+          cwd: Path = REPO) -> subprocess.Popen:
+    """Start argv with stdout and stderr in log_path (truncated); the Popen carries `.log_path`."""
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=detach,
+                                preexec_fn=None if detach else die_with_parent)
+    proc.log_path = log_path
+    return proc
+
+
+def log_tail(proc: subprocess.Popen, chars: int = 3000) -> str:
+    try:
+        return Path(proc.log_path).read_text(errors="replace")[-chars:]
+    except OSError:
+        return "(no log)"
+
+
+def stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL after `grace` seconds."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
+def start_operator(kubeconfig: Path, log_path: Path, *extra: str, leader_elect: bool = False,
+                   policy: str = "binpack", ready: str = "fgpu scheduler started", detach: bool = False,
+                   timeout: float = 60) -> subprocess.Popen:
+    """`fgpu operator` against `kubeconfig`; returns once its log shows `ready` (the model is synced), else
+    raises ComponentError with the log's tail."""
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    argv = [FGPU, "operator", "--policy", policy, *([] if leader_elect else ["--no-leader-elect"]), *extra]
+    proc = spawn(argv, log_path, env=env, detach=detach)
+    deadline = time.monotonic() + timeout
+    while ready not in log_tail(proc, 1 << 20):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            proc.wait(5)
+            raise ComponentError(f"operator did not start:\n{log_tail(proc)}")
+        time.sleep(0.2)
+    return proc
+
+
+def start_daemon(config: Path, socket: Path, node: str, log_path: Path, *extra: str,
+                 detach: bool = False, timeout: float = 30) -> subprocess.Popen:
+    """`simgpu daemon` for `node`; returns once it listens on `socket`."""
+    proc = spawn([sys.executable, "-m", "simgpu.cli", "daemon", "--config", str(config), "--socket", str(socket),
+                  "--node-name", node, *extra], log_path, detach=detach)
+    deadline = time.monotonic() + timeout
+    while not socket.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop(proc)
+            raise ComponentError(f"simgpu daemon for {node} did not listen on {socket}:\n{log_tail(proc)}")
+        time.sleep(0.1)
+    return proc
+
+
+def start_plugin(config: Path, node: str, plugin_dir: Path, kubeconfig: Path, daemon_socket: Path,
+                 log_path: Path, *extra: str, detach: bool = False) -> subprocess.Popen:
+    """`fgpu-device-plugin` for `node`, registering with the kubelet.sock in `plugin_dir`."""
+    return spawn([sys.executable, "-m", "deviceplugin.cli", "--config", str(config), "--node-name", node,
+                  "--device-plugin-path", str(plugin_dir), "--kubeconfig", str(kubeconfig),
+                  "--daemon-socket", str(daemon_socket), *extra], log_path, detach=detach)
+
+
+def install_crds(k8s) -> None:
+    """Apply deploy/crds/*.yaml (idempotent) and wait until each kind is served."""
+    import yaml
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    with k8s.api() as api:
+        ext = client.ApiextensionsV1Api(api)
+        for path in sorted(CRDS.glob("*.yaml")):
+            crd = yaml.safe_load(path.read_text())
+            try:
+                ext.create_custom_resource_definition(crd)
+            except ApiException as e:
+                if e.status != 409:
+                    raise
+            group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
+            version = crd["spec"]["versions"][0]["name"]
+            custom = client.CustomObjectsApi(api)
+
+            def served(custom=custom, group=group, version=version, plural=plural):
+                try:
+                    custom.list_cluster_custom_object(group, version, plural)
+                except ApiException as e:
+                    if e.status == 404:
+                        return False
+                    raise
+                return True
+
+            wait_until(served, 30, f"{plural}.{group} to be served")
+
+
+def wait_webhook_live(core, namespace: str, timeout: float = 60.0) -> None:
+    """The apiserver calls a webhook once its own informer has seen the configuration, a moment after the
+    configuration exists: until then pods are admitted unmutated. Dry-run a GPU pod until it comes back routed
+    to fgpu (dry-run calls webhooks without side effects and creates nothing)."""
+    from kubernetes.client.rest import ApiException
+
+    probe = {"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": "fgpu-webhook-probe", "annotations": {keys.FGPU_FRACTION: "0.1"}},
+             "spec": {"containers": [{"name": "probe", "image": "busybox"}]}}
+
+    def routed() -> bool:
+        try:
+            pod = core.create_namespaced_pod(namespace, probe, dry_run="All")
+        except ApiException as e:  # the webhook's server may answer a moment after its configuration exists
+            if e.status == 400 and "fgpu" in (e.body or ""):
+                raise
+            return False
+        return pod.spec.scheduler_name == keys.SCHEDULER_NAME
+
+    wait_until(routed, timeout, "the apiserver to call fgpu's mutating webhook")
