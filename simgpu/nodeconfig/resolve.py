@@ -14,6 +14,7 @@ from simgpu.errors import SimgpuError
 
 from .schema import (
     DEFAULT_TOKEN_SECRET_FILE,
+    MAX_TIME_DILATION,
     ConfigModel,
     DeviceRef,
     Fractional,
@@ -28,6 +29,9 @@ from .schema import (
     mig_uuid,
 )
 
+#: GPUs on one node, all groups together (the largest real servers have 16; every GPU is emulated in memory).
+MAX_NODE_GPUS = 64
+
 
 class NodeConfig(ConfigModel):
     """A node's config file: its GPU groups, how they are shared, and the node-wide settings."""
@@ -37,7 +41,7 @@ class NodeConfig(ConfigModel):
     gpus: list[GpuGroup] = pydantic.Field(min_length=1)
     mig_strategy: Literal["none", "single", "mixed"] | None = None  # default: mixed if any MIG GPU, else none
     memory_quota: Literal["hard", "oversubscribe"] = "hard"
-    time_dilation: float = pydantic.Field(default=1.0, ge=1e-3)
+    time_dilation: float = pydantic.Field(default=1.0, ge=1e-3, le=MAX_TIME_DILATION)
     token_secret_file: str = DEFAULT_TOKEN_SECRET_FILE
     state_dir: str | None = None  # the device plugin's state (allocation journal); see deviceplugin/statedir.py
     sharing: Sharing = Sharing()
@@ -167,6 +171,11 @@ def check_groups(cfg: NodeConfig) -> None:
     if strategy == "single" and any_mig and (not all_mig or len(mig_profiles) > 1):
         raise SimgpuError("the single strategy needs every GPU MIG-enabled with one profile "
                           f"(found {sorted(mig_profiles) or 'none'})", field="migStrategy", allowed=["mixed"])
+    total = sum(g.count for g in cfg.gpus)
+    if total > MAX_NODE_GPUS:
+        raise SimgpuError(f"{total} GPUs on one node", field="gpus",
+                          allowed=[f"at most {MAX_NODE_GPUS} GPUs in all (the sum of gpus[].count)"])
+    _check_resource_names(cfg, mig_profiles)
     devices = resolve_devices(cfg, cfg.node_name or "", check_uuids=cfg.node_name is not None)
     fractional = any(cfg.sharing_mode(g) == "fractional" for g in cfg.gpus)
     if fractional:
@@ -178,6 +187,31 @@ def check_groups(cfg: NodeConfig) -> None:
                 f"{names.gpu} is both the fractional slot resource and a whole-GPU/replica resource on this node;"
                 " rename one (fractional.resources.gpu or sharing.<mode>.renameByDefault)",
                 field="fractional.resources.gpu")
+
+
+def _check_resource_names(cfg: NodeConfig, mig_profiles: set[str]) -> None:
+    """Every sharing.<mode>.resources[].name is a resource this node has (a typo such as nvidia.com/gpuu
+    would otherwise share nothing, silently), and no two entries are advertised under one name."""
+    mode = _block_mode(cfg)
+    block = cfg.replicated(mode) if mode else None
+    if block is None:
+        return
+    known = [GPU_RESOURCE]
+    if cfg.effective_mig_strategy == "mixed":
+        known += sorted({mig_resource_name(p) for p in mig_profiles})
+    advertised: dict[str, int] = {}
+    for k, entry in enumerate(block.resources):
+        where = f"sharing.{mode}.resources[{k}]"
+        if entry.name.startswith(MIG_RESOURCE_PREFIX) and cfg.effective_mig_strategy == "single":
+            raise SimgpuError(f"under migStrategy single, MIG devices are advertised as {GPU_RESOURCE}: "
+                              f"select them under that name", field=f"{where}.name", allowed=known)
+        if entry.name not in known:
+            raise SimgpuError(f"{entry.name!r} is not a resource of this node", field=f"{where}.name", allowed=known)
+        name = block.advertised_name(entry.name)
+        if name in advertised:
+            raise SimgpuError(f"{name!r} is also the advertised name of resources[{advertised[name]}]",
+                              field=f"{where}.rename", allowed=["a name no other entry advertises"])
+        advertised[name] = k
 
 
 def _plain_gpu_resource_used(cfg: NodeConfig, devices: list[GpuDevice], name: str) -> bool:

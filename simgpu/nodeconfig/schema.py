@@ -25,11 +25,37 @@ _UUID_NAMESPACE = uuid.UUID("6d1f3c1e-7c0a-5b8e-9a55-0f6d2b8f4a11")
 
 
 class ConfigModel(pydantic.BaseModel):
-    """Frozen, unknown fields are errors, camelCase in YAML (NVIDIA's spelling)."""
+    """Frozen, unknown fields are errors, camelCase in YAML (NVIDIA's spelling). Strict: `count: true` is not
+    1 and `timeDilation: "2"` is not 2; no nan or inf where a number is asked for."""
 
     model_config = pydantic.ConfigDict(
-        extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True
+        extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True, strict=True,
+        allow_inf_nan=False,
     )
+
+
+#: Replicas per device (timeSlicing / mps): each replica is one device the plugin lists to the kubelet in
+#: every ListAndWatch answer and keeps in memory, so 10^8 of them would take gigabytes and never start.
+#: NVIDIA's plugin sets no bound; 1000 is HAMi's deviceSplitCount bound here too (fractional.splitCount).
+MAX_REPLICAS = 1000
+REPLICAS_WHY = "each replica is a device the plugin lists to the kubelet"
+#: timeDilation: wall time per emulated second. 10^4 makes a 1 ms kernel take 10 s of wall time.
+MAX_TIME_DILATION = 1e4
+#: An extended resource name as Kubernetes accepts it: <domain>/<name> (a DNS subdomain and a qualified name).
+_RESOURCE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+RESOURCE_NAME_ALLOWED = "<domain>/<name>, e.g. example.com/gpu.shared"
+
+
+def _replicas_in_range(value: int | None) -> int | None:
+    if value is not None and not 1 <= value <= MAX_REPLICAS:
+        raise SimgpuError(f"{value} replicas", allowed=[f"1..{MAX_REPLICAS} ({REPLICAS_WHY})"])
+    return value
+
+
+def _resource_name(value: str | None) -> str | None:
+    if value is not None and not _RESOURCE_NAME.fullmatch(value):
+        raise SimgpuError(f"{value!r} is not an extended resource name", allowed=[RESOURCE_NAME_ALLOWED])
+    return value
 
 
 # --- NVIDIA's sharing schema ------------------------------------------------------------------------------
@@ -82,15 +108,18 @@ class ReplicatedResource(ConfigModel):
     `devices` selects which ones (NVIDIA's schema: all, a count, or a list); devices of `name` left out stay
     whole, under `name` (NVIDIA's rule, internal/rm/device_map.go)."""
 
-    name: str = pydantic.Field(min_length=1)
+    name: str = pydantic.Field(min_length=1)  # which names this node has is checked in resolve.check_groups
     rename: str | None = None
-    replicas: int = pydantic.Field(ge=1)
+    replicas: int
     devices: Literal["all"] | int | tuple[DeviceRef, ...] = "all"
 
     @pydantic.field_validator("devices", mode="before")
     @classmethod
     def _parse_devices(cls, value: object) -> object:
         return _devices(value)
+
+    _replicas = pydantic.field_validator("replicas")(_replicas_in_range)
+    _rename = pydantic.field_validator("rename")(_resource_name)
 
     @property
     def selects_all(self) -> bool:
@@ -142,6 +171,8 @@ class FractionalResources(ConfigModel):
     memory: str = GPU_MEMORY_RESOURCE  # node-level extended resource, MiB
     cores: str = GPU_CORES_RESOURCE  # node-level extended resource, percent per GPU (100 each)
 
+    _names = pydantic.field_validator("gpu", "memory", "cores")(_resource_name)
+
 
 class Fractional(ConfigModel):
     resources: FractionalResources = FractionalResources()
@@ -166,13 +197,22 @@ class MigConfig(ConfigModel):
     # Profiles to create, e.g. ["3g.40gb", "4g.40gb"], or "all-<profile>" (as mig-parted's all-1g.10gb).
     layout: list[str] | str = []
 
+    @pydantic.model_validator(mode="after")
+    def _no_layout_when_disabled(self) -> MigConfig:
+        if self.mode == "disabled" and self.layout:
+            raise SimgpuError("a layout with MIG disabled would be ignored: the GPU stays whole",
+                              field="layout", allowed=["mode: enabled", "no layout"])
+        return self
+
 
 class GpuGroup(ConfigModel):
     model: str
     count: int = pydantic.Field(default=1, ge=1, le=64)
     sharing: SharingMode | None = None  # default: the node-level NVIDIA sharing block's mode, else exclusive
-    replicas: int | None = pydantic.Field(default=None, ge=1)  # overrides sharing.<mode>.resources replicas
+    replicas: int | None = None  # overrides sharing.<mode>.resources replicas
     mig: MigConfig | None = None
+
+    _replicas = pydantic.field_validator("replicas")(_replicas_in_range)
 
     @pydantic.field_validator("model")
     @classmethod

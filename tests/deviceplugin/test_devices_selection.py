@@ -165,14 +165,14 @@ def test_resource_without_devices_here_lists_the_names():
     doc = ts([0])
     doc["sharing"]["timeSlicing"]["resources"][0]["name"] = "nvidia.com/mig-1g.10gb"
     err = error_of(doc)
-    assert err.field == FIELD and err.allowed == ["nvidia.com/gpu"]
+    assert err.field == "sharing.timeSlicing.resources[0].name" and err.allowed == ["nvidia.com/gpu"]
 
 
 def test_single_strategy_mig_name_refused():
     doc = {"version": "v1", "migStrategy": "single", "gpus": [{"model": "H100", "mig": {"layout": "all-1g.10gb"}}],
            "sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/mig-1g.10gb", "replicas": 2,
                                                       "devices": [0]}]}}}
-    assert error_of(doc).field == FIELD
+    assert error_of(doc).field == "sharing.timeSlicing.resources[0].name"
 
 
 def test_explicitly_shared_group_left_out_needs_its_own_replicas():
