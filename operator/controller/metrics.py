@@ -25,6 +25,7 @@ from prometheus_client.registry import Collector
 
 from fgpu_contracts.metrics import Metric, of
 
+from ..kube.outcome import Result
 from ..objects import parse_time
 from ..placement.filters import FILTERS, NodeAffinity, NodeUnschedulable
 from ..placement.fragmentation import FragMeter
@@ -95,6 +96,16 @@ class OperatorMetrics:
         self._latency = _histogram("fgpu_scheduler_create_to_bound_seconds", self.registry)
         self._admissions = _counter("fgpu_webhook_admissions_total", self.registry)
         self._children: dict[tuple, object] = {}
+        # Every outcome's series exists from the start at 0: one first seen at 1 hides that increment from
+        # rate() and increase(), so the first bind conflict or the first pod of a reason would never show.
+        for result in Result:
+            self._child(self._binds, result.value)
+        self._child(self._binds, "not_leader")
+        self._child(self._attempts, "scheduled", "")
+        self._child(self._attempts, "error", "Error")
+        for reason in REASONS:
+            if reason != "Error":
+                self._child(self._attempts, "unschedulable", reason)
         self.model = ModelCollector()
         self.registry.register(self.model)
 

@@ -18,7 +18,6 @@ def test_watch_handlers_run_on_the_schedulers_loop(name):
 def test_no_change_detecting_handlers_so_no_diffbase_is_needed():
     """handlers.NoDiffBase skips Kopf's per-event diff-base: right only while no handler diffs old and new."""
     import kopf
-
     from fgpu_operator.controller import handlers
 
     registry = kopf.get_default_registry()

@@ -59,9 +59,18 @@ async def scrape(metrics: OperatorMetrics) -> str:
 def test_families_are_the_catalogues_operator_part_even_before_any_sample():
     metrics = OperatorMetrics()
     assert registry_shape(metrics.registry) == catalogue_shape(of("operator"))
-    scraped = series(generate_latest(metrics.registry).decode())  # a scrape during start-up: no model yet
-    assert {name for name, _ in scraped} <= {f"fgpu_scheduler_create_to_bound_seconds{suffix}"  # unlabelled: zeros
-                                             for suffix in ("_bucket", "_count", "_sum", "_created")}
+    scraped = {k: v for k, v in series(generate_latest(metrics.registry).decode()).items()  # a scrape during
+               if not k[0].endswith("_created")}  # start-up: no model yet (`fgpu operator` disables _created)
+    histogram = {f"fgpu_scheduler_create_to_bound_seconds{suffix}" for suffix in ("_bucket", "_count", "_sum")}
+    outcomes = {"fgpu_scheduler_attempts_total", "fgpu_scheduler_binds_total"}  # every outcome at 0 from the start
+    assert {name for name, _ in scraped} <= histogram | outcomes
+    assert {name for name, _ in scraped} >= outcomes
+    assert all(v == 0 for (name, _), v in scraped.items() if name in outcomes)
+    binds = {dict(labels)["result"] for name, labels in scraped if name == "fgpu_scheduler_binds_total"}
+    assert {"ok", "conflict", "gone", "unavailable", "not_leader"} <= binds
+    reasons = {dict(labels)["reason"] for name, labels in scraped
+               if name == "fgpu_scheduler_attempts_total" and dict(labels)["result"] == "unschedulable"}
+    assert reasons == set(REASONS) - {"Error"}
     promtool_check(generate_latest(metrics.registry).decode())
 
 
