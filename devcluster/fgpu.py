@@ -71,17 +71,23 @@ def start_operator(kubeconfig: Path, log_path: Path, *extra: str, leader_elect: 
 
 
 def start_daemon(config: Path, socket: Path, node: str, log_path: Path, *extra: str,
-                 detach: bool = False, timeout: float = 30) -> subprocess.Popen:
-    """`simgpu daemon` for `node`; returns once it listens on `socket`."""
+                 detach: bool = False, timeout: float = 30, wait: bool = True) -> subprocess.Popen:
+    """`simgpu daemon` for `node`; returns once it listens on `socket` (at once with wait=False: then
+    wait_daemon())."""
     proc = spawn([sys.executable, "-m", "simgpu.cli", "daemon", "--config", str(config), "--socket", str(socket),
                   "--node-name", node, *extra], log_path, detach=detach)
+    if wait:
+        wait_daemon(proc, socket, node, timeout)
+    return proc
+
+
+def wait_daemon(proc: subprocess.Popen, socket: Path, node: str, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while not socket.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
             stop(proc)
             raise ComponentError(f"simgpu daemon for {node} did not listen on {socket}:\n{log_tail(proc)}")
         time.sleep(0.1)
-    return proc
 
 
 def start_plugin(config: Path, node: str, plugin_dir: Path, kubeconfig: Path, daemon_socket: Path,
