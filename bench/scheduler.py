@@ -154,6 +154,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--out-json", type=Path, help="write the results as JSON here")
     ap.add_argument("--schedulers", type=parse_schedulers, default=list(SCHEDULERS),
                     help="comma-separated, of: " + ", ".join(SCHEDULERS))
+    ap.add_argument("--fgpu-args", default="", help="more arguments for `fgpu operator`, space-separated "
+                                                    "(e.g. '--binds-in-flight 256')")
     ap.add_argument("--keep-logs", action="store_true", help="keep the control plane's and operator's logs")
     args = ap.parse_args(argv)
     sizes = QUICK if args.quick else FULL
@@ -386,7 +388,8 @@ class Bench:
             from devcluster.kubeplane import free_port
 
             self.metrics_port = free_port()
-            extra = [*(setting.fgpu_args() if setting else []), "--metrics-port", str(self.metrics_port)]
+            extra = [*(setting.fgpu_args() if setting else []), "--metrics-port", str(self.metrics_port),
+                     *self.args.fgpu_args.split()]
             self.operator = start_operator(self.plane, self.workdir, *extra, policy=self.args.policy,
                                            log_name=f"operator-{self.serial}.log")
             pid = self.operator.pid

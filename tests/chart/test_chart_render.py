@@ -233,3 +233,15 @@ def test_the_packaged_chart_holds_deploys_crds_and_dashboards_only(tmp_path):
     outside = [n for n in names if not n.startswith(("fgpu/files/crds/", "fgpu/files/grafana/"))]
     assert not outside, f"deploy/ entries not in charts/fgpu/.helmignore: {outside}"
 
+
+
+def test_service_monitors_keep_the_labels_the_dashboards_read():
+    """The operator and daemon label series with the pod and namespace they describe (honorLabels, else
+    Prometheus renames them exported_*); the plugin's per-node series get `node` from the pod's node."""
+    objects = render("--set", "metrics.serviceMonitor.enabled=true")
+    endpoints = {e["port"]: e for o in find(objects, "ServiceMonitor") for e in o["spec"]["endpoints"]}
+    assert set(endpoints) == {"metrics", "daemon-metrics", "plugin-metrics"}
+    assert endpoints["metrics"]["honorLabels"] and endpoints["daemon-metrics"]["honorLabels"]
+    assert "honorLabels" not in endpoints["plugin-metrics"]
+    assert endpoints["plugin-metrics"]["relabelings"] == [
+        {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}]
