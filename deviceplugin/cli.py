@@ -21,6 +21,7 @@ from deviceplugin.labels import inventory, inventory_annotation, node_labels
 from deviceplugin.resources import discover, node_devices, node_level_resources
 from deviceplugin.server import HealthBoard, PluginManager, make_shared
 from deviceplugin.statedir import DEFAULT_STATE_DIR, STATE_DIR_ENV, explicit_state_dir, prepare_state_dir
+from fgpu_contracts.cli import OneLineParser, port
 from simgpu.errors import SimgpuError
 from simgpu.nodeconfig import load_node_config, resolve_node_name
 from simgpu.token import load_or_create_secret
@@ -31,7 +32,7 @@ JOURNAL_NAME = "fgpu-allocations.journal"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fgpu-device-plugin", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="fgpu-device-plugin", description=__doc__.split("\n\n")[0])
     p.add_argument("--config", required=True, help="node config YAML (see docs/deviceplugin.md)")
     p.add_argument("--node-name", help="this node's name (default: config nodeName, $NODE_NAME, hostname)")
     p.add_argument("--device-plugin-path", default=DEFAULT_PLUGIN_DIR,
@@ -43,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
                         f"writable, else {DEFAULT_STATE_DIR}")
     p.add_argument("--kubeconfig", help="kubeconfig (default: $KUBECONFIG, in-cluster, else standalone)")
     p.add_argument("--standalone", action="store_true", help="never talk to the Kubernetes API")
-    p.add_argument("--metrics-port", type=int, default=0,
+    p.add_argument("--metrics-port", type=port, default=0,
                    help="serve Prometheus metrics on http://0.0.0.0:PORT/metrics (0: off; see docs/metrics.md)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return p
@@ -53,9 +54,6 @@ class Plugin:
     """Everything one node runs, assembled from the config; start() returns once servers are up."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        if not 0 <= args.metrics_port <= 65535:
-            raise SimgpuError(f"{args.metrics_port} is not a TCP port", field="--metrics-port",
-                              allowed=["0..65535"])
         self.cfg = load_node_config(args.config)
         self.node = resolve_node_name(self.cfg, args.node_name)
         self.resources = discover(self.cfg, self.node)
@@ -106,7 +104,11 @@ class Plugin:
             except OSError as err:
                 raise SimgpuError(f"{self.metrics_port}: cannot serve metrics: {err.strerror or err}",
                                   field="--metrics-port") from None
-        self.manager.start()
+        try:
+            self.manager.start()
+        except OSError as err:  # kubelet.sock's directory missing or not ours to write
+            raise SimgpuError(f"{self.manager.plugin_dir}: {err.strerror or err}",
+                              field="--device-plugin-path") from None
         start_health(self.daemon_socket, self.board, self.shared.stop)
         if self.api is not None:
             threading.Thread(target=self._publish_loop, name="publish", daemon=True).start()
@@ -154,8 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     except SimgpuError as err:
         print(f"fgpu-device-plugin: error: {err}", file=sys.stderr)
         return 2
-    except OSError as err:  # e.g. the device-plugin directory cannot be created
-        print(f"fgpu-device-plugin: error: --device-plugin-path: {err}", file=sys.stderr)
+    except OSError as err:  # a step that names no option of its own: say what failed, blame no option
+        print(f"fgpu-device-plugin: error: {err.filename or ''}: {err.strerror or err}", file=sys.stderr)
         return 2
     # Everything loaded so far (grpc, the Kubernetes client: ~50k objects) lives as long as the process; move
     # it out of the collector's reach, or a full collection (~20 ms here) now and then lands inside an Allocate.

@@ -93,19 +93,27 @@ def load_or_create_secret(path: str | os.PathLike[str]) -> bytes:
     try:
         data = target.read_bytes().strip()
     except FileNotFoundError:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(secrets.token_hex(32).encode())
         try:
-            os.link(tmp, target)
-        except FileExistsError:
-            pass
-        finally:
-            tmp.unlink(missing_ok=True)
-        data = target.read_bytes().strip()
+            data = _create_secret(target)
+        except OSError as err:  # e.g. /etc/fgpu not ours to create: name the file, not some other option
+            raise SimgpuError(f"cannot create token secret {target}: {err.strerror or err}",
+                              field="tokenSecretFile") from None
     except OSError as err:
-        raise SimgpuError(f"cannot read token secret: {err.strerror}", field="tokenSecretFile") from None
+        raise SimgpuError(f"cannot read token secret {target}: {err.strerror}", field="tokenSecretFile") from None
     _check_secret(data)
     return data
+
+
+def _create_secret(target: Path) -> bytes:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(secrets.token_hex(32).encode())
+    try:
+        os.link(tmp, target)
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target.read_bytes().strip()

@@ -70,8 +70,15 @@ def _gpu(case: dict, default: str | None, where: str):
                           allowed=err.allowed or ["a catalog GPU name", "a profile YAML"]) from None
 
 
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def _op(d: object, gpu, where: str):
     """Parse an op and check its dtype against the GPU, naming fields with the `where` prefix."""
+    if isinstance(d, dict) and not isinstance(d.get("op"), str):
+        raise SimgpuError(f"unknown op {_shown(d.get('op'))}", field=f"{where}op", allowed=list(OP_KINDS))
     if isinstance(d, dict) and d.get("op") in KEYS and d.get("op") != "colocate":
         _check_keys(d, KEYS[d["op"]] - {"gpu", "mps_pct"}, where)
     op = parse_op(d, where)
@@ -87,8 +94,8 @@ def predict_one(case: object, index: int, default_gpu: str | None, host: dict | 
         raise SimgpuError(f"expected an object, got {type(case).__name__}", field=f"cases[{index}]",
                           allowed=[f"an object with op: {' | '.join(CASE_OPS)}"])
     kind = case.get("op")
-    if kind not in KEYS:
-        raise SimgpuError(f"unknown op {kind!r}", field=f"{where}op", allowed=list(CASE_OPS))
+    if not isinstance(kind, str) or kind not in KEYS:
+        raise SimgpuError(f"unknown op {_shown(kind)}", field=f"{where}op", allowed=list(CASE_OPS))
     _check_keys(case, KEYS[kind], where)
     gpu = _gpu(case, default_gpu, where)
     if host is not None:
@@ -142,6 +149,8 @@ def read_cases(text: str) -> list:
     except json.JSONDecodeError as err:
         raise SimgpuError(f"malformed JSON: {err.msg} at line {err.lineno} column {err.colno}", field="cases",
                           allowed=["a JSON array of case objects"]) from None
+    except RecursionError:
+        raise SimgpuError("JSON nested too deeply", field="cases", allowed=["a JSON array of case objects"]) from None
     if not isinstance(cases, list):
         raise SimgpuError(f"expected a JSON array, got {type(cases).__name__}", field="cases",
                           allowed=["a JSON array of case objects"])
@@ -154,17 +163,24 @@ def predict_all(cases: list, default_gpu: str | None = None, host: dict | None =
 
 def run(args: argparse.Namespace) -> int:
     if args.profile and args.gpu:
-        raise SimgpuError("give one of --profile and --gpu", field="profile", allowed=["--profile FILE", "--gpu NAME"])
-    if args.cases:
-        try:
-            text = Path(args.cases).read_text()
-        except OSError as err:
-            raise SimgpuError(f"cannot read {args.cases}: {err.strerror}", field="cases") from None
-    else:
-        text = sys.stdin.read()
+        raise SimgpuError("give one of --profile and --gpu", field="--profile", allowed=["--profile FILE", "--gpu NAME"])
     default = args.profile or args.gpu
     if default:
-        _gpu({}, default, "")  # fail early on a bad --gpu/--profile
+        try:  # fail early on a bad --gpu/--profile, under the option's name
+            _gpu({}, default, "")
+        except SimgpuError as err:
+            raise SimgpuError(f"unknown GPU or unreadable profile {default!r}",
+                              field="--profile" if args.profile else "--gpu", allowed=err.allowed) from None
+    if args.cases:
+        try:
+            text = Path(args.cases).read_bytes().decode("utf-8")
+        except OSError as err:
+            raise SimgpuError(f"cannot read {args.cases}: {err.strerror}", field="--cases") from None
+        except UnicodeDecodeError as err:
+            raise SimgpuError(f"{args.cases}: byte {err.start} is not UTF-8", field="--cases",
+                              allowed=["a UTF-8 JSON file"]) from None
+    else:
+        text = sys.stdin.read()
     host = load_host(args.host) if args.host else None
     print(json.dumps(predict_all(read_cases(text), default, host)))
     return 0

@@ -7,6 +7,8 @@ import contextlib
 import logging
 import os
 import signal
+import socket
+import stat
 import sys
 from pathlib import Path
 
@@ -26,10 +28,34 @@ METRICS_INTERVAL_S = 1.0
 
 
 def _prepare_socket(path: str) -> None:
+    """Make room for our socket: remove a stale one (nothing answers on it), but refuse a socket another
+    process still answers on (a second daemon would silently steal it from the first) and any other file."""
     sock = Path(path)
-    sock.parent.mkdir(parents=True, exist_ok=True)
-    if sock.exists() or sock.is_symlink():
+    try:
+        sock.parent.mkdir(parents=True, exist_ok=True)
+        if not (sock.exists() or sock.is_symlink()):
+            return
+        if not stat.S_ISSOCK(sock.lstat().st_mode):
+            raise SimgpuError(f"{path} exists and is not a socket", field="--socket",
+                              allowed=["a new path", "the socket of a daemon that has stopped"])
+        if _answers(path):
+            raise SimgpuError(f"{path} is in use: a process (another simgpu daemon?) answers on it", field="--socket",
+                              allowed=["a path no live process listens on"])
         sock.unlink()
+    except OSError as err:
+        raise SimgpuError(f"{path}: {err.strerror or err}", field="--socket") from None
+
+
+def _answers(path: str) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(path)
+        except (ConnectionRefusedError, FileNotFoundError):
+            return False  # stale: whoever made it is gone
+        except OSError:
+            return True  # e.g. a full backlog or no permission: someone is there; leave it alone
+    return True
 
 
 async def _metrics_loop(exporter: Exporter, collector: SnapshotCollector, interval: float) -> None:
@@ -54,7 +80,11 @@ async def serve(config_path: str, socket_path: str, *, metrics_port: int | None 
     server = grpc.aio.server()
     pb_grpc.add_NodeDaemonServicer_to_server(NodeDaemonService(runtime), server)
     _prepare_socket(socket_path)
-    server.add_insecure_port(f"unix://{os.path.abspath(socket_path)}")
+    try:
+        server.add_insecure_port(f"unix://{os.path.abspath(socket_path)}")
+    except RuntimeError as err:  # grpc's "Failed to bind": the directory is not writable, or the name too long
+        runtime.stop()
+        raise SimgpuError(f"cannot listen on {socket_path}: {err}", field="--socket") from None
     await server.start()
 
     tasks = []
@@ -65,7 +95,14 @@ async def serve(config_path: str, socket_path: str, *, metrics_port: int | None 
         registry.register(collector)
         exporter = Exporter(runtime, slo_slowdown=cfg.qos.slo_slowdown)
         collector.snapshot = exporter.snapshot()
-        http, _ = start_http_server(metrics_port, registry=registry)
+        try:
+            http, _ = start_http_server(metrics_port, registry=registry)
+        except OSError as err:
+            runtime.stop()
+            await server.stop(grace=None)
+            Path(socket_path).unlink(missing_ok=True)
+            raise SimgpuError(f"cannot serve metrics on port {metrics_port}: {err.strerror or err}",
+                              field="--metrics-port") from None
         print(f"simgpu daemon: metrics on http://127.0.0.1:{http.server_port}/metrics", file=sys.stderr, flush=True)
         tasks.append(asyncio.create_task(_metrics_loop(exporter, collector, metrics_interval)))
     devices = len(node.devices)
@@ -91,11 +128,6 @@ async def serve(config_path: str, socket_path: str, *, metrics_port: int | None 
 
 def run(config_path: str, socket_path: str, **kwargs) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    try:
-        asyncio.run(serve(config_path, socket_path, **kwargs))
-    except SimgpuError:
-        raise
-    except OSError as err:
-        raise SimgpuError(f"cannot serve: {err}", field="--metrics-port" if "address" in str(err).lower()
-                          else "--socket") from None
+    _prepare_socket(socket_path)  # refuse a live socket before loading anything
+    asyncio.run(serve(config_path, socket_path, **kwargs))
     return 0

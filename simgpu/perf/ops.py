@@ -74,16 +74,23 @@ def _integral(value: object) -> object:
     return value
 
 
+#: Largest size each op field may have: GEMM dimensions are 32-bit in cuBLAS; no GPU has a petabyte of memory;
+#: 2^62 FLOPs is a day of a 50 PFLOPS GPU. Beyond them a size means nothing (1e308 would overflow the model).
+SIZE_MAX = {"m": 2**31 - 1, "n": 2**31 - 1, "k": 2**31 - 1, "bytes": 2**50, "flops": 2**62}
+
+
 def _positive_int(d: dict, key: str, where: str, *, allow_zero: bool = False) -> int:
+    top = SIZE_MAX[key]
+    want = f"an integer {0 if allow_zero else 1}..{top}"
     if key not in d:
-        raise SimgpuError("missing", field=f"{where}{key}", allowed=["a positive integer"])
+        raise SimgpuError("missing", field=f"{where}{key}", allowed=[want])
     value = d[key]
     ok = isinstance(value, Integral) and not isinstance(value, bool)
     if not ok and isinstance(value, Real) and not isinstance(value, bool) and float(value).is_integer():
         value, ok = int(value), True
-    if not ok or value < (0 if allow_zero else 1):
-        want = "a non-negative integer" if allow_zero else "a positive integer"
-        raise SimgpuError(f"got {value!r}", field=f"{where}{key}", allowed=[want])
+    if not ok or not (0 if allow_zero else 1) <= value <= top:
+        shown = repr(d[key]) if len(repr(d[key])) <= 40 else repr(d[key])[:37] + "..."
+        raise SimgpuError(f"got {shown}", field=f"{where}{key}", allowed=[want])
     return int(value)
 
 

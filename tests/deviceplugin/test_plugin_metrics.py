@@ -108,4 +108,5 @@ def test_a_taken_or_bad_metrics_port_is_one_line_and_exit_2(run_plugin):
     bad = run_plugin(TWO_H100, "--metrics-port", "70000")
     bad.proc.wait(timeout=30)
     assert bad.proc.returncode == 2
-    assert bad.stop().strip() == "fgpu-device-plugin: error: --metrics-port: 70000 is not a TCP port (allowed: 0..65535)"
+    assert bad.stop().strip() == ("fgpu-device-plugin: error: argument --metrics-port: '70000' is not allowed "
+                                  "(allowed: an integer, 0 <= N <= 65535; 0 picks any free port)")
