@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 FGPU_CACHE ?= $(HOME)/.cache/fgpu
 export FGPU_CACHE
 
-.PHONY: demo test testbin node-setup install lint unit e2e bench prometheus clean image chart-docs kind-up kind-down minikube-up minikube-down
+.PHONY: demo demo-down test testbin node-setup install lint unit e2e bench prometheus clean image chart-docs kind-up kind-down minikube-up minikube-down
 
 $(STAMP): pyproject.toml setup.py
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "fgpu needs Python >= 3.11")'
@@ -18,9 +18,14 @@ $(STAMP): pyproject.toml setup.py
 
 install: $(STAMP)
 
-## The main job on the bundled default: replay the Alibaba openb trace through every policy.
-demo: $(STAMP)
-	$(VENV)/bin/fgpu simulate --policy all --ceiling --plot out/simulate.png
+## fgpu end to end on this machine, no Docker (devcluster/demo.py): control plane, 3 emulated-GPU nodes, operator,
+## Prometheus, the example pods, a workload, `fgpu report`, a short `fgpu simulate`. The cluster stays up until demo-down.
+demo: $(STAMP) prometheus
+	$(PY) -m devcluster.demo up
+
+## Stop everything `make demo` started; no process or socket is left (logs and report stay in out/demo).
+demo-down:
+	@if [ -x $(PY) ]; then $(PY) -m devcluster.demo down; else echo "no venv: nothing to tear down"; fi
 
 ## Build (or reuse from $(FGPU_CACHE)) the control plane; the last line printed is its directory.
 testbin:
