@@ -108,8 +108,9 @@ def register(subparsers) -> None:
                         "e.g. 0.4 (default: the trace's own times, which offer the bundled trace only 0.59%%; "
                         "see docs/timeline.md)")
     p.add_argument("--ceiling", action="store_true",
-                   help="replay mode: also bound what any scheduler could allocate at 100%% arrival (an exact "
-                        "offline packing per seed; see docs/placement.md)")
+                   help="replay mode: also bound what a scheduler could allocate at 100%% arrival, per class: "
+                        "places every sharing pod / never refuses a pod that fits / any (integer programs per "
+                        "seed, seconds to minutes each; see docs/placement.md)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--plot", metavar="FILE.png", help="write allocation/fragmentation curves to FILE.png")
     p.add_argument("--workers", type=number(int, lo=1, hi=1024), default=os.cpu_count() or 1, metavar="N",
