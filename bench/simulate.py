@@ -6,7 +6,7 @@
 
 The timing target (issue 4): every policy, FGD included, replays the default trace (seed 42) in <= 10 s on one
 core; the reference Go simulator needs about 10 minutes. The sweep's traces are the FGD paper's 17 workloads
-(kubernetes-scheduler-simulator experiments/run_scripts/generate_run_scripts.py), read from --data.
+(kubernetes-scheduler-simulator experiments/run_scripts/generate_run_scripts.py), bundled with fgpu (or read from --data).
 """
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ TARGET_SECONDS = 10.0
 PAPER_TRACES = ("default", "cpu050", "cpu100", "cpu200", "cpu250", "gpushare40", "gpushare60", "gpushare80",
                 "gpushare100", "gpuspec10", "gpuspec20", "gpuspec25", "gpuspec33", "multigpu20", "multigpu30",
                 "multigpu40", "multigpu50")
-DEFAULT_DATA = Path("/work/shared/data/openb")
 
 
 def timing(policies: list[str], seed: int) -> int:
@@ -47,13 +46,16 @@ def timing(policies: list[str], seed: int) -> int:
     return 0 if worst <= TARGET_SECONDS else 1
 
 
-def sweep(data: Path, policies: list[str], seeds: list[int], workers: int, out: Path) -> int:
-    files = [str(data / f"openb_pod_list_{name}.csv") for name in PAPER_TRACES]
-    missing = [f for f in files if not Path(f).is_file()]
-    if missing:
-        print(f"missing trace files: {', '.join(missing)}", file=sys.stderr)
-        return 2
-    nodes = str(data / "openb_node_list_gpu_node.csv")
+def sweep(data: Path | None, policies: list[str], seeds: list[int], workers: int, out: Path) -> int:
+    if data is None:  # the traces fgpu bundles (operator/data/openb): every one the sweep needs
+        files, nodes = list(PAPER_TRACES), None
+    else:
+        files = [str(data / f"openb_pod_list_{name}.csv") for name in PAPER_TRACES]
+        missing = [f for f in files if not Path(f).is_file()]
+        if missing:
+            print(f"missing trace files: {', '.join(missing)}", file=sys.stderr)
+            return 2
+        nodes = str(data / "openb_node_list_gpu_node.csv")
     jobs = jobs_for(nodes, files, policies, seeds, 1.3)
     started = time.perf_counter()
     done = [0]
@@ -89,7 +91,8 @@ def sweep(data: Path, policies: list[str], seeds: list[int], workers: int, out: 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sweep", action="store_true", help="run the 17-trace sweep instead of the timing table")
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with the openb CSVs")
+    parser.add_argument("--data", type=Path, default=None,
+                        help="folder with the openb CSVs (default: the traces bundled in operator/data/openb)")
     parser.add_argument("--policy", action="append", help="policies (default: all)")
     parser.add_argument("--seeds", default="42-51", help="seed range for the sweep (default 42-51)")
     parser.add_argument("--seed", type=int, default=42, help="seed for the timing table (default 42)")

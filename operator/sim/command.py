@@ -43,9 +43,9 @@ def parse_seeds(text: str) -> list[int]:
 def trace_labels(paths: list[str | None]) -> list[str]:
     """One label per --pods file: its trace name (openb_pod_list_X.csv -> X), or, where two files share a
     name, enough of their paths to tell them apart (a/default, b/default). The same file twice is an error."""
-    from .trace import DEFAULT_PODS, bundled_path, trace_name
+    from .trace import pods_path, trace_name
 
-    files = [Path(p) if p else bundled_path(DEFAULT_PODS) for p in paths]
+    files = [pods_path(p) for p in paths]
     seen: dict[Path, str] = {}
     for given, f in zip(paths, files, strict=True):
         key = f.resolve()
@@ -88,8 +88,11 @@ def register(subparsers) -> None:
     p.add_argument("--policy", action="append", metavar="NAME",
                    help=f"policy to run, repeatable, or 'all' (default: {DEFAULT_POLICY}; "
                         f"known: {', '.join(POLICY_NAMES)})")
+    from .trace import BUNDLED_TRACES
+
     p.add_argument("--pods", action="append", metavar="CSV",
-                   help="pod trace CSV, repeatable (default: bundled openb default trace)")
+                   help="pod trace CSV (or .csv.gz), or the name of a bundled openb trace, repeatable (default: "
+                        f"default; bundled: {', '.join(BUNDLED_TRACES)})")
     p.add_argument("--nodes", metavar="CSV", help="node list CSV (default: bundled openb GPU node list)")
     seeds = p.add_mutually_exclusive_group()
     seeds.add_argument("--seeds", default=None, metavar="A-B",

@@ -7,6 +7,8 @@ Every problem is one `PlacementInputError` line naming the file, the column and 
 from __future__ import annotations
 
 import csv
+import gzip
+import zlib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -50,16 +52,34 @@ def bundled_path(filename: str) -> Path:
 
 DEFAULT_NODES = "openb_node_list_gpu_node.csv"
 DEFAULT_PODS = "openb_pod_list_default.csv"
+#: The openb variants bundled gzipped beside the default (the 16 traces of the FGD paper's figures; NOTICE).
+BUNDLED_VARIANTS = ("cpu050", "cpu100", "cpu200", "cpu250", "gpushare40", "gpushare60", "gpushare80", "gpushare100",
+                    "gpuspec10", "gpuspec20", "gpuspec25", "gpuspec33", "multigpu20", "multigpu30", "multigpu40",
+                    "multigpu50")
+BUNDLED_TRACES = ("default", *BUNDLED_VARIANTS)
+
+
+def pods_path(name_or_path: str | Path | None) -> Path:
+    """A --pods value as a file: an existing path as is, else a bundled trace's name (`gpushare40`), else the
+    path (for the loader to report as missing)."""
+    if name_or_path is None:
+        return bundled_path(DEFAULT_PODS)
+    path = Path(name_or_path)
+    if path.exists() or str(name_or_path) not in BUNDLED_TRACES:
+        return path
+    name = str(name_or_path)
+    return bundled_path(DEFAULT_PODS if name == "default" else f"openb_pod_list_{name}.csv.gz")
 
 
 def trace_name(path: Path) -> str:
-    stem = path.stem
+    stem = path.name.removesuffix(".gz").removesuffix(".csv") if path.name.endswith(".csv.gz") else path.stem
     return stem.removeprefix("openb_pod_list_") if stem.startswith("openb_pod_list_") else stem
 
 
 def _rows(path: Path, required: tuple[str, ...], what: str) -> list[dict[str, str]]:
     try:
-        with open(path, newline="", encoding="utf-8-sig") as f:  # -sig: a spreadsheet's UTF-8 BOM is no column
+        opener = gzip.open if path.name.endswith(".gz") else open
+        with opener(path, "rt", newline="", encoding="utf-8-sig") as f:  # -sig: a spreadsheet's BOM is no column
             reader = csv.DictReader(f)
             header = reader.fieldnames or []
             missing = [c for c in required if c not in header]
@@ -75,7 +95,7 @@ def _rows(path: Path, required: tuple[str, ...], what: str) -> list[dict[str, st
             return rows
     except OSError as exc:
         raise PlacementInputError(f"cannot read {path}: {exc.strerror or exc}", field=what) from None
-    except (UnicodeDecodeError, csv.Error) as exc:
+    except (UnicodeDecodeError, csv.Error, EOFError, zlib.error) as exc:
         raise PlacementInputError(f"{path} is not a readable CSV file ({exc})", field=what) from None
 
 
@@ -142,7 +162,8 @@ def load_nodes(path: str | Path | None = None) -> list[NodeSpec]:
 
 
 def load_pods(path: str | Path | None = None, *, need_times: bool = False) -> Trace:
-    path = Path(path) if path else bundled_path(DEFAULT_PODS)
+    """A pod list: a CSV (or .csv.gz) path, or a bundled trace's name (BUNDLED_TRACES); None: the default."""
+    path = pods_path(path)
     required = POD_COLUMNS + (TIME_COLUMNS if need_times else ())
     rows = _rows(path, required, "--pods")
     _unique(rows, "name", path, "--pods")

@@ -168,3 +168,26 @@ def test_progress_reaches_a_log_that_is_not_a_terminal(capsys, base):
 
 def test_json_never_holds_a_bare_nan():
     assert finite({"a": [float("nan"), 1.0, {"b": float("inf")}]}) == {"a": [None, 1.0, {"b": None}]}
+
+
+def test_every_bundled_trace_loads_by_name():
+    from fgpu_operator.sim.trace import BUNDLED_TRACES, load_pods
+
+    for name in BUNDLED_TRACES:
+        trace = load_pods(name)
+        assert trace.name == name and len(trace.pods) > 4000
+
+
+def test_a_bundled_name_on_the_command_line(capsys, small_trace):
+    nodes, _ = small_trace
+    code, out, _ = run(capsys, "--nodes", str(nodes), "--pods", "multigpu20", "--seed", "1", "--policy", "fgd",
+                       "--tune", "0", "--json")
+    assert code == 0 and json.loads(out)["results"][0]["trace"] == "multigpu20"
+
+
+def test_a_broken_gzip_is_one_line(capsys, small_trace, tmp_path):
+    nodes, _ = small_trace
+    broken = tmp_path / "openb_pod_list_x.csv.gz"
+    broken.write_bytes(b"\x1f\x8b\x08\x00not really gzip")
+    err = bad(capsys, "--nodes", str(nodes), "--pods", str(broken), "--seed", "1")
+    assert err.startswith("fgpu simulate: error: --pods: ")
