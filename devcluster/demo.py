@@ -552,7 +552,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     down(state, say=lambda m: print(f"an earlier demo was still up: {m}"))
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even where the shell ignores it (a background job)
+
+    def interrupted(*_):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupted)
     demo = Demo(state, args.pods.split(",") if args.pods else None, args.workload_seconds,
                 not args.no_report, not args.no_simulate)
     try:
