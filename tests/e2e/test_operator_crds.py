@@ -119,3 +119,23 @@ def test_gpunode_inventory_policy_crd_and_status(k8s, crd_cluster, namespace, tm
             assert len(set(where.values())) == 1, where
     finally:
         stop(proc)
+
+
+def test_the_example_policy_is_what_the_crd_and_the_operator_accept(k8s):
+    """deploy/examples/policy/default.yaml (the README's) passes the CRD's schema on the real apiserver (dry
+    run) and reads as the operator reads a policy, every field as written."""
+    from pathlib import Path
+
+    import yaml
+    from kubernetes import client
+
+    from fgpu_contracts.policy import SchedulingPolicySpec
+
+    doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "deploy/examples/policy/default.yaml").read_text())
+    spec = SchedulingPolicySpec.model_validate(doc["spec"])
+    assert (spec.node_policy, spec.gpu_policy, spec.default_slo_slowdown) == ("fgpu", "spread", 1.2)
+    install_crds(k8s)
+    with k8s.api() as api:
+        created = client.CustomObjectsApi(api).create_cluster_custom_object(
+            GROUP, VERSION, keys.SCHEDULING_POLICY_PLURAL, doc, dry_run="All")
+    assert created["spec"] == doc["spec"]
