@@ -38,6 +38,14 @@ def run_timeline(args, policies: list[str], pods: list[str | None], labels: list
         traces = [replace(t, name=label) for t, label in zip(traces, labels, strict=True)]
     seed = args.seed if args.seed is not None else 42
     load = getattr(args, "load", None)
+    if load is not None:  # an unreachable --load is refused before any replay starts
+        from fgpu_operator.placement.model import MILLI, Cluster
+
+        from .timeline import arrival_speedup
+
+        capacity = Cluster(list(nodes)).total_gpus * MILLI
+        for trace in traces:
+            arrival_speedup(trace, capacity, load)
     results = []
     with Progress(f"replaying {len(traces) * len(policies)} timelines", len(traces) * len(policies)) as bar:
         for trace in traces:
