@@ -3,9 +3,9 @@
     python bench/simulate_admission.py                 # seeds 42-51, the rules below
     python bench/simulate_admission.py --seeds 42-43
 
-The offline ceiling (bench/simulate_ceiling.py) says a scheduler that places every arriving sharing pod can
-allocate at most ~96.2% at 100% arrival, and one that may refuse pods at most ~96.9%, by refusing ~236
-0.81-GPU pods so that whole-GPU pods take their GPUs. This script tries that online, as an admission check
+The bounds (bench/simulate_ceiling.py) say a scheduler that never refuses a pod that fits can allocate at most
+~96.34% at 100% arrival (one that places every sharing pod ~96.2%), and one that may refuse pods that fit at
+most ~96.9%, by refusing ~236 0.81-GPU pods so that whole-GPU pods take their GPUs. This script tries that online, as an admission check
 in front of the fgpu policy: a sharing pod of at least `fmin` milli-GPU that no partly used GPU can hold
 (it would open a fresh GPU and leave a sliver few pods can use) is refused
 
