@@ -31,11 +31,9 @@ from fgpu_operator.sim.ceiling import arrivals_until, ceiling
 from fgpu_operator.sim.online_bound import online_bound
 from fgpu_operator.sim.replay import replay
 from fgpu_operator.sim.trace import load_nodes, load_pods
+from simulate import PAPER_TRACES  # bench/simulate.py: the FGD paper's 17 openb traces
 
 GOAL_PCT = 96.5
-PAPER_TRACES = ("default", "cpu050", "cpu100", "cpu200", "cpu250", "gpushare40", "gpushare60", "gpushare80",
-                "gpushare100", "gpuspec10", "gpuspec20", "gpuspec25", "gpuspec33", "multigpu20", "multigpu30",
-                "multigpu40", "multigpu50")
 
 
 def bound_row(args: tuple[str | None, int, float]) -> dict:

@@ -20,7 +20,9 @@ The program (a relaxation: every run of a non-refusing scheduler is a feasible p
   f[A, 0] = 0 where A fits an empty node of the cluster;
 * c[A, w] failed pods of shape A in window w: n[A, w] f[A, w] <= c[A, w] <= n[A, w] f[A, w+1];
 * the placed sharing pods fill GPUs (the configuration program of `ceiling.py`: y GPUs per maximal
-  filling), and those GPUs plus the placed whole-GPU pods' GPUs are at most the cluster's;
+  filling, continuous by default — the packing's LP bound, within about a GPU of its optimum, which only
+  loosens the bound and solves in a minute instead of many), and those GPUs plus the placed whole-GPU pods'
+  GPUs are at most the cluster's;
 * minimise the failed GPU demand; idle at 100% = slack + failed demand.
 
 Nodes, CPU and memory totals and the arrival order within a window are relaxed in the scheduler's favour,
