@@ -38,7 +38,9 @@ class Context:
 
 def client_spec(grant: Grant, device: EmulatedDevice) -> ClientSpec:
     """The device plugin's grant as the engine's client spec. The SM limit is an MPS active-thread
-    percentage on MPS devices, and a hard compute share (HAMi-core's CUDA_DEVICE_SM_LIMIT) elsewhere."""
+    percentage on MPS devices, and a hard compute share (HAMi-core's CUDA_DEVICE_SM_LIMIT) elsewhere. Every
+    context opened with one pod's grant draws on that grant's one memory quota (a second context, or another
+    pod holding the token, gets no more); a grant naming no pod (a whole GPU or replica) is per context."""
     pct = grant.sm_limit_pct if grant.sm_limit_pct is not None and grant.sm_limit_pct < 100 else None
     name = "/".join(p for p in (grant.pod_namespace, grant.pod_name, grant.container) if p) or "context"
     return ClientSpec(
@@ -48,6 +50,7 @@ def client_spec(grant: Grant, device: EmulatedDevice) -> ClientSpec:
         compute_share=pct / 100 if pct is not None and device.mode != "mps" else None,
         priority=int(grant.priority),
         labels={"namespace": grant.pod_namespace, "pod": grant.pod_name, "container": grant.container},
+        quota_group=grant.model_dump_json() if grant.pod_name else None,
     )
 
 

@@ -62,6 +62,7 @@ class ClientSpec:
     soft_cap: bool = False  # Gaia soft limit: may exceed compute_share while capacity is idle
     priority: int = 0  # 0 high, larger = lower (HAMi's CUDA_TASK_PRIORITY)
     labels: Mapping[str, str] = field(default_factory=dict)
+    quota_group: str | None = None  # contexts of one grant share its memory quota (None: its own)
 
 
 @dataclass
@@ -188,7 +189,7 @@ class EmulatedDevice:
         if not isinstance(spec.priority, int) or spec.priority < 0:
             raise SimgpuError(f"bad priority {spec.priority!r}", field="priority", allowed=[0, 1])
         cid = next(self._ids)
-        self.memory.add_client(cid, spec.mem_limit_bytes)
+        self.memory.add_client(cid, spec.mem_limit_bytes, spec.quota_group)
         self.clients[cid] = Client(cid, spec)
         self._cands = None
         return cid
@@ -286,16 +287,28 @@ class EmulatedDevice:
         """The priority the scheduler sees: the declared one, or one class for all with priorities off."""
         return c.spec.priority if self.priorities else 0
 
-    def _runner(self, c: Client) -> Runner:
+    def _runner(self, c: Client, runners: list[Client] | None = None) -> Runner:
         return Runner(key=c.id, op=c.stream[0].op, priority=self._priority(c), mps_pct=c.spec.mps_pct,
-                      share=c.spec.compute_share, soft=c.spec.soft_cap, spill=self.memory.spill_fraction(c.id))
+                      share=self._share(c, runners if runners is not None else self._runners()),
+                      soft=c.spec.soft_cap, spill=self.memory.spill_fraction(c.id))
+
+    @staticmethod
+    def _share(c: Client, busy: list[Client]) -> float | None:
+        """The context's compute share: its grant's, split evenly among the grant's contexts that have work (a
+        grant's share is one, however many contexts draw on it)."""
+        share, group = c.spec.compute_share, c.spec.quota_group
+        if share is None or group is None:
+            return share
+        return share / max(1, sum(1 for o in busy if o.spec.quota_group == group))
 
     def _candidates(self) -> dict[int, Candidate]:
         """Contexts as the time-slicer sees them (cached until a stream head or the client set changes)."""
         if self._cands is None:
-            self._cands = {c.id: Candidate(c.id, self._priority(c), c.spec.compute_share, c.spec.soft_cap,
+            live = [c for c in self.clients.values() if c.lost is None]
+            busy = [c for c in live if c.stream and type(c.stream[0]) is _Kernel]
+            self._cands = {c.id: Candidate(c.id, self._priority(c), self._share(c, busy), c.spec.soft_cap,
                                            bool(c.stream) and type(c.stream[0]) is _Kernel)
-                           for c in self.clients.values() if c.lost is None}
+                           for c in live}
         return self._cands
 
     def _current(self, runners: list[Client]) -> tuple[dict[int, RunnerRate], tuple[float, ...], tuple[float, float]]:
@@ -307,10 +320,10 @@ class EmulatedDevice:
         segment = self._segments.get(key)
         if segment is None:
             if slicer is None:
-                rates = share_concurrent(self.perf, [self._runner(c) for c in runners])
+                rates = share_concurrent(self.perf, [self._runner(c, runners) for c in runners])
                 device = total_activity([r.activity for r in rates.values()])
             else:
-                rates = {c.id: (solo_rate if c.id == running else stalled)(self.perf, self._runner(c))
+                rates = {c.id: (solo_rate if c.id == running else stalled)(self.perf, self._runner(c, runners))
                          for c in runners}
                 device = total_activity([r.activity for r in rates.values()])
                 if slicer.switching:

@@ -7,7 +7,10 @@ Two quota modes, as the sharing literature does it:
   client's quota or the device's free memory lives in host memory instead; the client then pays PCIe
   transfers for it (see spill_fraction and simgpu.device.sharing). Host memory for spills is finite too.
 
-Pure bookkeeping: no timing here. Spilled bytes are not migrated back when device memory frees up
+A quota belongs to a grant, not to a context: contexts opened with the same grant (`group`: one container's
+share of one device, as HAMi-core shares one limit among a container's processes) draw on one quota, so a
+workload that opens more contexts, or one that got hold of another pod's token, gets no more memory than that
+grant gave. Pure bookkeeping: no timing here. Spilled bytes are not migrated back when device memory frees up
 (a simplification: UVM would migrate pages on access).
 """
 from __future__ import annotations
@@ -40,6 +43,7 @@ class ClientMemory:
     device_bytes: int = 0
     host_bytes: int = 0
     handles: set[int] = field(default_factory=set)
+    group: str | None = None  # contexts of one grant share its quota
 
 
 class MemoryLedger:
@@ -54,20 +58,29 @@ class MemoryLedger:
         self.mode: MemoryMode = mode  # type: ignore[assignment]
         self.host_total = total_bytes if host_bytes is None else host_bytes
         self._clients: dict[int, ClientMemory] = {}
+        self._groups: dict[str, set[int]] = {}  # grant -> its live contexts
         self._allocs: dict[int, Allocation] = {}
         self._next_handle = itertools.count(1)
 
     # --- clients -------------------------------------------------------------------------------------
-    def add_client(self, client: int, quota: int | None) -> None:
+    def add_client(self, client: int, quota: int | None, group: str | None = None) -> None:
+        """`group`: the grant the context was opened with; contexts of one group share one quota."""
         if quota is not None and quota <= 0:
             raise SimgpuError(f"memory quota must be positive, got {quota}", field="mem_limit_bytes")
-        self._clients[client] = ClientMemory(quota=min(quota or self.total, self.total))
+        self._clients[client] = ClientMemory(quota=min(quota or self.total, self.total), group=group)
+        if group is not None:
+            self._groups.setdefault(group, set()).add(client)
 
     def release_client(self, client: int) -> int:
         """Free everything the client held (its exit); returns the bytes released."""
         mem = self._clients.pop(client, None)
         if mem is None:
             return 0
+        if mem.group is not None:
+            members = self._groups.get(mem.group, set())
+            members.discard(client)
+            if not members:
+                self._groups.pop(mem.group, None)
         for handle in mem.handles:
             del self._allocs[handle]
         return mem.device_bytes + mem.host_bytes
@@ -77,11 +90,12 @@ class MemoryLedger:
         mem = self._client(client)
         if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes <= 0:
             raise SimgpuError(f"allocation size must be a positive integer, got {nbytes!r}", field="bytes")
-        room_quota = mem.quota - mem.device_bytes
+        used = self.quota_used(client)
+        room_quota = mem.quota - used
         room_device = self.total - self.device_used
         if self.mode == "hard":
             if nbytes > room_quota:
-                raise OutOfMemoryError(quota=mem.quota, used=mem.device_bytes, requested=nbytes, who=who)
+                raise OutOfMemoryError(quota=mem.quota, used=used, requested=nbytes, who=who)
             if nbytes > room_device:
                 raise OutOfMemoryError(quota=self.total, used=self.device_used, requested=nbytes,
                                        who="device (physical memory)")
@@ -119,6 +133,13 @@ class MemoryLedger:
 
     def usage(self, client: int) -> ClientMemory:
         return self._client(client)
+
+    def quota_used(self, client: int) -> int:
+        """Device bytes counted against the client's quota: its own, plus its grant's other contexts'."""
+        mem = self._client(client)
+        if mem.group is None:
+            return mem.device_bytes
+        return sum(self._clients[c].device_bytes for c in self._groups[mem.group])
 
     def spill_fraction(self, client: int) -> float:
         """Share of the client's data that lives in host memory (0 when nothing spilled)."""
