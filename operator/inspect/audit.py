@@ -67,15 +67,19 @@ class Handed:
 
 
 def audit(nodes: Iterable[dict], pods: Iterable[dict], gpunodes: Iterable[dict] = (),
-          grants: Mapping[str, Iterable[Handed]] | None = None) -> list[str]:
+          grants: Mapping[str, Iterable[Handed]] | None = None,
+          contexts: Mapping[str, Iterable[Handed]] | None = None) -> list[str]:
     """Every violation, one line each (empty: all invariants hold)."""
-    return list(check(nodes, pods, gpunodes, grants).violations)
+    return list(check(nodes, pods, gpunodes, grants, contexts).violations)
 
 
 def check(nodes: Iterable[dict], pods: Iterable[dict], gpunodes: Iterable[dict] = (),
-          grants: Mapping[str, Iterable[Handed]] | None = None) -> CheckReport:
+          grants: Mapping[str, Iterable[Handed]] | None = None,
+          contexts: Mapping[str, Iterable[Handed]] | None = None) -> CheckReport:
     """`grants`: node name -> everything that node's device plugin handed out (and its daemon holds open);
-    the nodes named are the ones whose grants are checked both ways (a node left out is not checked)."""
+    the nodes named are the ones whose grants are checked both ways (a node left out is not checked).
+    `contexts`: node name -> only what its daemon holds open (`fgpu inspect check --daemon-metrics`), checked
+    one way: a pod that opened no context (yet) owes none."""
     pods = list(pods)
     report = cluster_report(nodes, pods, gpunodes)
     violations = [f"{p.object}: {p.message}" for p in report.problems]
@@ -86,7 +90,10 @@ def check(nodes: Iterable[dict], pods: Iterable[dict], gpunodes: Iterable[dict] 
     violations += _request_violations(pods)
     if grants is not None:
         violations += _grant_violations(pods, {n: list(g) for n, g in grants.items()})
-    return CheckReport(ok=not violations, summary=report.summary, violations=tuple(violations))
+    if contexts is not None:
+        violations += _grant_violations(pods, {n: list(g) for n, g in contexts.items()}, both_ways=False)
+    return CheckReport(ok=not violations, summary=report.summary, violations=tuple(violations),
+                       daemons=tuple(sorted(contexts or ())))
 
 
 def _gpu_violations(node: str, gpu: GpuView) -> list[str]:
@@ -179,7 +186,7 @@ def _share(milli: int, sm: int | None, mem: int | None) -> str:
     return f"{milli} milli-GPU, {sm if sm is not None else 100}% SMs" + (f", {mem} bytes" if mem is not None else "")
 
 
-def _grant_violations(pods: list[dict], grants: dict[str, list[Handed]]) -> list[str]:
+def _grant_violations(pods: list[dict], grants: dict[str, list[Handed]], both_ways: bool = True) -> list[str]:
     by_name = {(p.get("metadata") or {}).get("namespace", "") + "/" + (p.get("metadata") or {}).get("name", ""): p
                for p in pods}
     out: list[str] = []
@@ -214,7 +221,7 @@ def _grant_violations(pods: list[dict], grants: dict[str, list[Handed]]) -> list
                            f"{_limits(share.mem_bytes, share.sm_pct)}")
     for pod in pods:  # the other way: what the plugin allocated (or a running pod) was handed
         node = (pod.get("spec") or {}).get("nodeName")
-        if node not in grants:
+        if not both_ways or node not in grants:
             continue
         assignment, _ = _parsed(pod)
         if assignment is None:

@@ -16,6 +16,7 @@ from fgpu_contracts.errors import InputError
 
 from .audit import check
 from .render import OUTPUTS, render
+from .scrape import Target, parse_target, read_contexts
 from .view import cluster_report, pod_report
 
 TIMEOUT_S = 15.0
@@ -55,18 +56,24 @@ def register(subparsers) -> None:
     check = what.add_parser(
         "check", help="check fgpu's invariants on the cluster; exit 1 and one line per violation if any fail",
         description="No GPU over-allocated (compute, memory; exclusive GPUs and MIG instances held once), no "
-                    "bound pod without its hand-off annotation, no hand-off annotation on an unbound pod.")
+                    "bound pod without its hand-off annotation, no hand-off annotation on an unbound pod; with "
+                    "--daemon-metrics, no context a node daemon holds open for a pod that is gone, finished or "
+                    "placed elsewhere.")
+    check.add_argument("--daemon-metrics", action="append", default=[], metavar="[NODE=]URL",
+                       help="a node daemon's metrics endpoint (simgpu daemon --metrics-port), repeatable: its open "
+                            "contexts are checked too; the node is the scrape's Hostname label unless NODE= names it")
     _options(check, defaults=False)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    targets = [parse_target(v) for v in getattr(args, "daemon_metrics", ())]  # bad input before any read
     session, namespace = _connect(args.kubeconfig, args.context)
     with session as api:
         if args.inspect_what == "pod":
             report = _inspect_pod(api, args.name, args.namespace or namespace)
         elif args.inspect_what == "check":
-            report = _check(api)
+            report = _check(api, targets)
         else:
             report = _inspect_cluster(api, getattr(args, "names", None))
     sys.stdout.write(render(report, args.output))
@@ -90,11 +97,15 @@ def _inspect_cluster(api, only: list[str] | None):
     return cluster_report(nodes, pods, _gpunodes(api))
 
 
-def _check(api):
+def _check(api, targets: list[Target]):
+    """Pods are listed before the daemons are scraped: a context then open belongs to a pod listed, unless
+    that pod was created in between (seconds before its container could open one)."""
     from kubernetes import client
 
     core = client.CoreV1Api(api)
-    return check(_pages(core.list_node), _pages(core.list_pod_for_all_namespaces), _gpunodes(api))
+    nodes, pods, gpunodes = list(_pages(core.list_node)), list(_pages(core.list_pod_for_all_namespaces)), _gpunodes(api)
+    contexts = read_contexts(targets) if targets else None
+    return check(nodes, pods, gpunodes, contexts=contexts)
 
 
 def _gpunodes(api) -> list[dict]:

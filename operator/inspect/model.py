@@ -177,6 +177,7 @@ class CheckReport:
     ok: bool
     summary: Summary
     violations: tuple[str, ...] = ()
+    daemons: tuple[str, ...] = ()  # nodes whose daemon's open contexts were checked too (--daemon-metrics)
 
 
 Report = ClusterReport | PodReport | CheckReport

@@ -216,5 +216,6 @@ def check_lines(report: CheckReport) -> list[str]:
     if report.violations:
         return list(report.violations)
     s = report.summary
+    daemons = f"; no context open for a pod gone or elsewhere on {', '.join(report.daemons)}" if report.daemons else ""
     return [f"ok: {s.pods} pods hold shares of {s.gpus} GPUs on {s.nodes} nodes; no GPU over-allocated, no bound "
-            "pod without its allocation, no allocation without its binding"]
+            f"pod without its allocation, no allocation without its binding{daemons}"]
