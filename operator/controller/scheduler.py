@@ -9,6 +9,7 @@ nowhere gets PodScheduled=False and a FailedScheduling event with the core's exp
 capacity changes (a pod released, a node added or changed, a GPU healthy again): no polling.
 
 Only the leader (a coordination Lease) binds; a standby keeps the same model warm from the same watches.
+A bound pod's hand-off annotation edited by anyone else is written back (`handoff_guard`), by the leader.
 """
 from __future__ import annotations
 
@@ -22,13 +23,14 @@ from fgpu_contracts.errors import InputError
 
 from ..kube.events import EventRecorder
 from ..kube.outcome import Result
-from ..kube.pods import bind, set_unschedulable
+from ..kube.pods import bind, set_annotations, set_unschedulable
 from ..kube.session import ApiSession
 from ..objects import pod_key, timestamp
 from ..placement.framework import Unschedulable
 from ..placement.live import Allocation, LiveCluster
 from . import translate
 from .gpunodes import NodeAllocations, allocation_rows
+from .handoff_guard import Handoff, HandoffGuard, Restore
 from .metrics import OperatorMetrics, unschedulable_reason
 from .queue import ActiveQueue, sort_key
 
@@ -68,6 +70,7 @@ class Scheduler:
         self.nodes: dict[str, dict] = {}  # name -> the Node's fields placement reads
         self.gpunodes: dict[str, dict] = {}  # name -> its GPUNode's spec
         self.held = NodeAllocations()  # what each bound pod holds, for GPUNode status
+        self.guard = HandoffGuard()  # the hand-off each bound pod must keep
         self.gpu_policy = "binpack"  # the cluster's GPU policy (SchedulingPolicy), for requests naming none
         self.default_slo = translate.DEFAULT_SLO_SLOWDOWN  # the cluster's slowdown bound for high-priority pods
 
@@ -113,8 +116,10 @@ class Scheduler:
             self.parked.pop(uid, None)
             if uid in self.binding:
                 self._seen_bound[uid] = pod  # ours landed, or another scheduler's did: `_bind` decides
-            elif uid not in self.live.allocations:
+            elif uid not in self.live.allocations and uid not in self.live.unplaced:
                 self._restore(uid, pod, node)
+            else:
+                self._keep_handoff(uid, pod)
             return
         if spec.get("schedulerName") != self.scheduler_name or meta.get("deletionTimestamp"):
             return
@@ -130,6 +135,7 @@ class Scheduler:
 
     def _forget(self, uid: str) -> None:
         self.held.drop(uid)
+        self.guard.forget(uid)
         self.queue.remove(uid)
         self.parked.pop(uid, None)
         self.events.forget(uid)
@@ -144,10 +150,26 @@ class Scheduler:
         except InputError:
             core = translate.core_request(pod, None)
         self.live.restore(uid, core, node, bound.gpus if bound else (), bound.mig if bound else ())
+        self.guard.record(uid, Handoff.of(pod))  # first sight: a pod bound before this process started
         if bound is not None:
             meta = pod.get("metadata") or {}
             self.held.hold(uid, node, allocation_rows(meta.get("namespace", ""), meta.get("name", ""), uid,
                                                       bound.assignment))
+
+    def _keep_handoff(self, uid: str, pod: dict) -> None:
+        restore = self.guard.check(uid, pod)
+        if restore is not None and self.is_leader():
+            self._spawn(self._restore_handoff(uid, pod, restore))
+
+    async def _restore_handoff(self, uid: str, pod: dict, restore: Restore) -> None:
+        meta = pod.get("metadata") or {}
+        ns, name = meta.get("namespace", ""), meta.get("name", "")
+        out = await set_annotations(self.api, ns, name, uid, restore.annotations)
+        if out.ok:
+            log.warning("pod %s/%s: %s", ns, name, restore.message)
+            self.events.post(ns, name, uid, restore.reason, restore.message)
+        elif out.result is not Result.GONE:
+            log.warning("pod %s/%s: hand-off not restored (%s): %s", ns, name, out, restore.message)
 
     def retry_waiting(self) -> None:
         """Capacity changed: every parked pod gets another try (kube-scheduler's move to the active queue)."""
@@ -232,6 +254,9 @@ class Scheduler:
             if out.ok:
                 if assignment is not None:
                     self.held.hold(uid, allocation.node, allocation_rows(ns, name, uid, assignment))
+                self.guard.record(uid, Handoff(annotations.get(keys.ASSIGNMENT), annotations.get(keys.ASSIGNED_AT)))
+                if (seen := self._seen_bound.get(uid)) is not None:  # edited while our Binding was in flight
+                    self._keep_handoff(uid, seen)
                 self.events.post(ns, name, uid, "Scheduled", f"Successfully assigned {ns}/{name} to {allocation.node}",
                                  type="Normal")
                 return

@@ -1,5 +1,5 @@
-"""The scheduler's writes to a pod: the Binding (node + hand-off annotations in one atomic write) and the
-PodScheduled=False condition for a pod that fits nowhere."""
+"""The scheduler's writes to a pod: the Binding (node + hand-off annotations in one atomic write), the
+PodScheduled=False condition for a pod that fits nowhere, and a tampered hand-off written back."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,6 +10,7 @@ from .outcome import Outcome, Result
 from .session import STRATEGIC_MERGE, ApiSession
 
 UID_PRECONDITION = "Precondition failed: UID in precondition"
+MERGE_PATCH = "application/merge-patch+json"
 
 
 async def bind(
@@ -57,3 +58,16 @@ async def set_unschedulable(
         body={"status": {"conditions": [wanted]}}, content_type=STRATEGIC_MERGE,
     )
 
+
+
+async def set_annotations(
+    api: ApiSession, namespace: str, name: str, uid: str, annotations: dict[str, str | None],
+) -> Outcome:
+    """Merge-patch a pod's annotations (None removes one). `uid` is a precondition: a pod deleted and recreated
+    under the same name is left alone (GONE)."""
+    body = {"metadata": {"uid": uid, "annotations": annotations}}
+    out = await api.request("PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}", body=body,
+                            content_type=MERGE_PATCH)
+    if out.result is Result.CONFLICT and UID_PRECONDITION in out.message:
+        return dataclasses.replace(out, result=Result.GONE)
+    return out

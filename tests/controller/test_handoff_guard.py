@@ -1,0 +1,160 @@
+"""A bound pod's hand-off edited by anyone but the scheduler (the webhook not in the path) is written back with
+a Warning Event: the decision (`compare`) and the scheduler doing it on a fake API."""
+import asyncio
+import copy
+import json
+
+from fgpu_operator.controller.handoff_guard import NONE, Handoff, HandoffGuard, compare
+from fgpu_operator.controller.scheduler import Scheduler
+from fgpu_operator.kube.outcome import Outcome, Result
+from fgpu_operator.placement.live import LiveCluster
+from inventories import fractional_inventory
+
+from fgpu_contracts import keys
+from fgpu_contracts.assignment import Assignment, ContainerAssignment, DeviceShare, dump_assignment
+from fgpu_contracts.request import ContainerRequest, GpuRequest, dump_request
+
+GIB = 1 << 30
+
+
+def assignment(milli: int, uuid: str = "GPU-0") -> str:
+    share = DeviceShare(uuid=uuid, milli_gpu=milli, mem_bytes=8 * GIB, sm_pct=milli // 10)
+    return dump_assignment(Assignment(node="n", containers=[ContainerAssignment(name="main", devices=[share])]))
+
+
+GIVEN = Handoff(assignment(300), "2026-01-01T00:00:00.000001Z")
+
+
+def test_unchanged_is_left_alone():
+    assert compare(GIVEN, Handoff(assignment(300), GIVEN.assigned_at)) is None
+    assert compare(NONE, NONE) is None
+
+
+def test_an_edited_assignment_is_restored_and_the_event_names_both():
+    restore = compare(GIVEN, Handoff(assignment(1000), GIVEN.assigned_at))
+    assert restore.annotations == {keys.ASSIGNMENT: GIVEN.assignment}  # assigned-at untouched: not changed
+    assert restore.reason == "AssignmentRestored"
+    assert restore.message.startswith(f"{keys.ASSIGNMENT} was set to {assignment(1000)[:160]}")
+    assert "after binding, not by fgpu's scheduler" in restore.message
+    assert restore.message.endswith(f"restored what the scheduler gave: node n, main: 300 milli-GPU, 30% SMs, "
+                                    f"{8 * GIB} bytes of GPU-0")
+    assert "\n" not in restore.message
+
+
+def test_removed_or_reordered_keys_are_put_back():
+    restore = compare(GIVEN, NONE)
+    assert restore.annotations == {keys.ASSIGNMENT: GIVEN.assignment, keys.ASSIGNED_AT: GIVEN.assigned_at}
+    assert restore.message.startswith(f"{keys.ASSIGNMENT} was removed; {keys.ASSIGNED_AT} was removed after")
+    jumped = compare(GIVEN, Handoff(GIVEN.assignment, "2000-01-01T00:00:00Z"))  # first in line at Allocate
+    assert jumped.annotations == {keys.ASSIGNED_AT: GIVEN.assigned_at}
+
+
+def test_an_assignment_added_to_a_pod_bound_without_one_is_removed():
+    forged = Handoff(assignment(1000), None)
+    restore = compare(NONE, forged)
+    assert restore.annotations == {keys.ASSIGNMENT: None}
+    assert restore.message.endswith("restored what the scheduler gave: it was bound without a GPU allocation")
+    long = compare(NONE, Handoff("x" * 1000, None))
+    assert len(long.message) < 500 and "x" * 160 + "..." in long.message
+
+
+def test_guard_knows_only_recorded_pods():
+    guard = HandoffGuard()
+    pod = {"metadata": {"annotations": {keys.ASSIGNMENT: assignment(1000)}}}
+    assert guard.check("u", pod) is None  # never recorded: not this guard's to judge
+    guard.record("u", GIVEN)
+    assert guard.check("u", pod).annotations == {keys.ASSIGNMENT: GIVEN.assignment,
+                                                 keys.ASSIGNED_AT: GIVEN.assigned_at}
+    guard.forget("u")
+    assert guard.check("u", pod) is None and len(guard) == 0
+
+
+# --- the scheduler writing it back ---------------------------------------------------------------------------
+class FakeApi:
+    def __init__(self):
+        self.calls = []
+
+    async def request(self, method, path, **kw):
+        self.calls.append((method, path, kw.get("body")))
+        return Outcome(Result.OK, 201)
+
+
+class FakeEvents:
+    def __init__(self):
+        self.emitted = []
+
+    def post(self, namespace, name, uid, reason, message, type="Warning"):
+        self.emitted.append((name, reason, type, message))
+        return True
+
+    def forget(self, uid):
+        pass
+
+
+def share_pod(name: str) -> dict:
+    req = GpuRequest(containers=[ContainerRequest(container="main", milli_gpu=300)])
+    return {"metadata": {"name": name, "namespace": "ns", "uid": name, "annotations": {keys.REQUEST: dump_request(req)}},
+            "spec": {"schedulerName": keys.SCHEDULER_NAME, "containers": [{"name": "main"}]}}
+
+
+def test_scheduler_restores_an_edited_assignment_only_while_leading():
+    async def scenario():
+        api, events, leading = FakeApi(), FakeEvents(), [True]
+        s = Scheduler(LiveCluster(policy="binpack"), api, events, is_leader=lambda: leading[0])
+        loop = asyncio.create_task(s.run())
+        s.on_node("ADDED", {"metadata": {"name": "n", "annotations": {
+            keys.INVENTORY: fractional_inventory("n", 1, uuid=lambda i: f"GPU-{i}")}},
+            "status": {"allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"}}})
+        s.on_pod("ADDED", share_pod("a"))
+        await asyncio.sleep(0.05)
+        await s.drain()
+        (bind,) = [c for c in api.calls if c[1].endswith("/binding")]
+        written = bind[2]["metadata"]["annotations"]
+        bound = share_pod("a")
+        bound["spec"]["nodeName"] = "n"
+        bound["metadata"]["annotations"].update(written)
+        s.on_pod("MODIFIED", bound)  # the Binding's echo: nothing to do
+        await s.drain()
+        assert [c[0] for c in api.calls] == ["POST"] and events.emitted[-1][1] == "Scheduled"
+
+        edited = copy.deepcopy(bound)
+        mine = json.loads(written[keys.ASSIGNMENT])
+        mine["containers"][0]["devices"][0].update(milliGpu=1000, smPct=100)
+        edited["metadata"]["annotations"][keys.ASSIGNMENT] = json.dumps(mine)
+        leading[0] = False
+        s.on_pod("MODIFIED", edited)  # a standby sees it too, and leaves it to the leader
+        await s.drain()
+        assert len(api.calls) == 1
+        leading[0] = True
+        s.on_pod("MODIFIED", edited)
+        await s.drain()
+        method, path, body = api.calls[-1]
+        assert (method, path) == ("PATCH", "/api/v1/namespaces/ns/pods/a")
+        assert body == {"metadata": {"uid": "a", "annotations": {keys.ASSIGNMENT: written[keys.ASSIGNMENT]}}}
+        name, reason, kind, message = events.emitted[-1]
+        assert (name, reason, kind) == ("a", "AssignmentRestored", "Warning")
+        assert "300 milli-GPU, 30% SMs" in message
+
+        s.on_pod("DELETED", edited)  # forgotten with the pod
+        assert len(s.guard) == 0
+        loop.cancel()
+
+    asyncio.run(scenario())
+
+
+def test_a_pod_first_seen_bound_keeps_what_it_carried_then():
+    async def scenario():
+        api, events = FakeApi(), FakeEvents()
+        s = Scheduler(LiveCluster(policy="binpack"), api, events)
+        plain = {"metadata": {"name": "cpu", "namespace": "ns", "uid": "cpu"},
+                 "spec": {"nodeName": "n", "containers": [{"name": "c"}]}}
+        s.on_pod("ADDED", plain)  # bound by kube-scheduler before we started: no GPU allocation
+        forged = copy.deepcopy(plain)
+        forged["metadata"]["annotations"] = {keys.ASSIGNMENT: assignment(1000)}
+        s.on_pod("MODIFIED", forged)
+        await s.drain()
+        assert api.calls == [("PATCH", "/api/v1/namespaces/ns/pods/cpu",
+                              {"metadata": {"uid": "cpu", "annotations": {keys.ASSIGNMENT: None}}})]
+        assert events.emitted[-1][1] == "AssignmentRestored"
+
+    asyncio.run(scenario())
