@@ -21,6 +21,7 @@ from fgpu_contracts.errors import InputError
 #: read only before binding).
 GUARDED = (keys.ASSIGNMENT, keys.ASSIGNED_AT)
 REASON = "AssignmentRestored"
+FAILED = "AssignmentNotRestored"
 _SHOWN = 160  # characters of a forged value quoted in the Event
 
 
@@ -51,6 +52,11 @@ class Restore:
     annotations: dict[str, str | None]
     message: str
     reason: str = REASON
+
+    def failed(self, why: str) -> tuple[str, str]:
+        """(reason, message) of the Event when the write-back itself failed (e.g. 403: no `patch` on pods)."""
+        return FAILED, self.message.replace("; restored what the scheduler gave: ", f"; NOT restored ({why}), the "
+                                            "scheduler gave: ", 1)
 
 
 def compare(recorded: Handoff, current: Handoff) -> Restore | None:

@@ -169,7 +169,9 @@ class Scheduler:
             log.warning("pod %s/%s: %s", ns, name, restore.message)
             self.events.post(ns, name, uid, restore.reason, restore.message)
         elif out.result is not Result.GONE:
-            log.warning("pod %s/%s: hand-off not restored (%s): %s", ns, name, out, restore.message)
+            reason, message = restore.failed(str(out))
+            log.warning("pod %s/%s: %s", ns, name, message)
+            self.events.post(ns, name, uid, reason, message)
 
     def retry_waiting(self) -> None:
         """Capacity changed: every parked pod gets another try (kube-scheduler's move to the active queue)."""

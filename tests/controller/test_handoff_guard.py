@@ -39,6 +39,10 @@ def test_an_edited_assignment_is_restored_and_the_event_names_both():
     assert restore.message.endswith(f"restored what the scheduler gave: node n, main: 300 milli-GPU, 30% SMs, "
                                     f"{8 * GIB} bytes of GPU-0")
     assert "\n" not in restore.message
+    reason, message = restore.failed("403 Forbidden")
+    assert reason == "AssignmentNotRestored"
+    assert message.endswith(f"; NOT restored (403 Forbidden), the scheduler gave: node n, main: 300 milli-GPU, "
+                            f"30% SMs, {8 * GIB} bytes of GPU-0")
 
 
 def test_removed_or_reordered_keys_are_put_back():
@@ -156,5 +160,26 @@ def test_a_pod_first_seen_bound_keeps_what_it_carried_then():
         assert api.calls == [("PATCH", "/api/v1/namespaces/ns/pods/cpu",
                               {"metadata": {"uid": "cpu", "annotations": {keys.ASSIGNMENT: None}}})]
         assert events.emitted[-1][1] == "AssignmentRestored"
+
+    asyncio.run(scenario())
+
+
+def test_a_write_back_the_apiserver_refuses_is_said_in_the_event():
+    class Forbidden(FakeApi):
+        async def request(self, method, path, **kw):
+            await super().request(method, path, **kw)
+            return Outcome(Result.DENIED, 403, 'pods "cpu" is forbidden')
+
+    async def scenario():
+        api, events = Forbidden(), FakeEvents()
+        s = Scheduler(LiveCluster(policy="binpack"), api, events)
+        plain = {"metadata": {"name": "cpu", "namespace": "ns", "uid": "cpu"}, "spec": {"nodeName": "n"}}
+        s.on_pod("ADDED", plain)
+        s.on_pod("MODIFIED", {**plain, "metadata": {**plain["metadata"], "annotations": {
+            keys.ASSIGNMENT: assignment(1000)}}})
+        await s.drain()
+        name, reason, kind, message = events.emitted[-1]
+        assert (name, reason, kind) == ("cpu", "AssignmentNotRestored", "Warning")
+        assert "; NOT restored (" in message and "403" in message
 
     asyncio.run(scenario())
