@@ -92,6 +92,7 @@ OPERATOR_NEEDS = [
     ("list", "pods", "", False, "", ""), ("watch", "pods", "", False, "", ""),
     ("list", "nodes", "", False, "", ""), ("watch", "nodes", "", False, "", ""),
     ("create", "pods", "", True, "binding", "p"), ("patch", "pods", "", True, "status", "p"),
+    ("patch", "pods", "", True, "", "p"),  # the hand-off guard's write-back
     ("create", "events", "", True, "", ""), ("patch", "events", "", True, "", "e"),
     ("list", "gpunodes", "fgpu.io", False, "", ""), ("watch", "schedulingpolicies", "fgpu.io", False, "", ""),
     ("patch", "gpunodes", "fgpu.io", False, "status", "n"),
@@ -103,7 +104,7 @@ OPERATOR_NEEDS = [
 OPERATOR_MUST_NOT = [
     ("get", "secrets", "", True, "", ""), ("list", "secrets", "", False, "", ""),
     ("delete", "nodes", "", False, "", "n"), ("patch", "nodes", "", False, "", "n"),
-    ("create", "pods", "", True, "", ""), ("delete", "pods", "", True, "", "p"), ("patch", "pods", "", True, "", "p"),
+    ("create", "pods", "", True, "", ""), ("delete", "pods", "", True, "", "p"), ("update", "pods", "", True, "", "p"),
     ("get", "configmaps", "", True, "", ""), ("update", "leases", "coordination.k8s.io", "lease", "", "other"),
     ("update", "leases", "coordination.k8s.io", "kube-system", "", "fgpu-scheduler"),
     ("patch", "gpunodes", "fgpu.io", False, "", "n"), ("delete", "gpunodes", "fgpu.io", False, "", "n"),
