@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ from simgpu.token import Grant, verify_token
 log = logging.getLogger("simgpu.daemon")
 
 MIN_SLEEP_S = 0.0002  # when a launch queue is full, poll no faster than this (wall time)
+LAUNCH_CHUNK = 64  # a launch yields the loop after this many kernels, so one big batch cannot hold it
 
 
 @dataclass
@@ -68,6 +70,8 @@ class NodeRuntime:
         self._t0 = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
+        # one launch in progress per grant: a grant's many contexts get the daemon's time of one (fair queuing)
+        self._grant_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     # --- clock -------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -154,35 +158,57 @@ class NodeRuntime:
         return alloc
 
     async def launch(self, ctx: Context, ops: list[Any]) -> int:
-        """Queue kernels (asynchronous, like cudaLaunchKernel); waits only while the launch queue is full."""
+        """Queue kernels (asynchronous, like cudaLaunchKernel); waits only while the grant's launch queue is
+        full. Launches are queued per grant and yield the loop every LAUNCH_CHUNK kernels, so a grant flooding
+        the daemon from many contexts delays its neighbours' requests no more than one context would."""
+        group = ctx.spec.quota_group
+        if group is None:
+            return await self._launch(ctx, ops)
+        lock = self._grant_locks.get(group)
+        if lock is None:
+            lock = self._grant_locks[group] = asyncio.Lock()
+        async with lock:
+            return await self._launch(ctx, ops)
+
+    async def _launch(self, ctx: Context, ops: list[Any]) -> int:
         self.catch_up()
         done = 0
+        room = ctx.device.room(ctx.cid)
         for op in ops:
-            while ctx.device.room(ctx.cid) <= 0:
+            while room <= 0:
                 self._arm()
                 nxt = self.node.next_event()
                 wait = MIN_SLEEP_S if nxt is None else max(MIN_SLEEP_S, (nxt - self.vnow()) * self.dilation)
                 await asyncio.sleep(wait)
                 self.catch_up()
+                room = ctx.device.room(ctx.cid)
             ctx.device.launch(ctx.cid, op)
             done += 1
+            room -= 1
+            if done % LAUNCH_CHUNK == 0 and done < len(ops):
+                self._arm()
+                await asyncio.sleep(0)
+                self.catch_up()
+                room = ctx.device.room(ctx.cid)
         self._arm()
         return done
 
-    async def synchronize(self, ctx: Context) -> None:
-        """Wait until every kernel the context launched has completed (or the context dies)."""
+    async def synchronize(self, ctx: Context) -> float:
+        """Wait until every kernel the context launched has completed (or the context dies); returns the
+        virtual time the last one completed, as the device (like a CUDA event) saw it: the loop may notice
+        later (a busy or descheduled host), and that lag must not count as GPU time."""
         self.catch_up()
         client = ctx.device.clients.get(ctx.cid)
         if client is None:
             raise SimgpuError("context is closed", field="context")
         if client.lost:
             raise ContextLostError(client.lost)
-        if not client.stream:
-            return
-        fut = self._loop.create_future()
-        self._waiters.setdefault(ctx.cid, []).append(fut)
-        self._arm()
-        await fut
+        if client.stream:
+            fut = self._loop.create_future()
+            self._waiters.setdefault(ctx.cid, []).append(fut)
+            self._arm()
+            await fut
+        return client.drained_at
 
     def usage(self, ctx: Context) -> dict[str, Any]:
         self.catch_up()

@@ -37,7 +37,8 @@ XID_DEVICE_LOST = frozenset({48, 79, 95})
 CLIENT_FAULT_XID = 31  # a client's own fatal fault: GPU memory page fault (MMU fault)
 MPS_MAX_CLIENTS = {"pascal": 16}  # gpu_specs.md 4a: 16 contexts before Volta, 48 from Volta on
 MPS_MAX_CLIENTS_DEFAULT = 48
-MAX_PENDING_LAUNCHES = 1024  # per stream, like the driver's launch queue: callers must wait for room
+MAX_PENDING_LAUNCHES = 1024  # per stream, like the driver's launch queue: callers must wait for room (room():
+# one queue's worth per grant, however many contexts it opens)
 
 _DONE_EPS = 1e-9
 _SEGMENT_CACHE = 4096
@@ -91,6 +92,7 @@ class Client:
     stream: deque = field(default_factory=deque)
     launched: int = 0
     queued: int = 0  # kernels in the stream (launched, not completed)
+    drained_at: float = 0.0  # virtual time its stream last ran empty (the device's account, not the host's)
     totals: ClientTotals = field(default_factory=ClientTotals)
     activity_s: list = field(default_factory=lambda: [0.0] * len(ACTIVITY_FIELDS))
 
@@ -229,7 +231,13 @@ class EmulatedDevice:
 
     # --- work --------------------------------------------------------------------------------------
     def room(self, cid: int) -> int:
-        return MAX_PENDING_LAUNCHES - self._live(cid).pending
+        """Launches the context may queue before it must wait: what is left of its grant's one queue, so extra
+        contexts on a grant buy it no more backlog (and no more of the daemon's time) than one."""
+        client = self._live(cid)
+        group = client.spec.quota_group
+        if group is None:
+            return MAX_PENDING_LAUNCHES - client.pending
+        return MAX_PENDING_LAUNCHES - sum(c.pending for c in self.clients.values() if c.spec.quota_group == group)
 
     def launch(self, cid: int, op: Any) -> int:
         """Queue a kernel on the client's stream; returns how many it has launched. Bad ops fail here."""
@@ -287,28 +295,19 @@ class EmulatedDevice:
         """The priority the scheduler sees: the declared one, or one class for all with priorities off."""
         return c.spec.priority if self.priorities else 0
 
-    def _runner(self, c: Client, runners: list[Client] | None = None) -> Runner:
+    def _runner(self, c: Client) -> Runner:
+        """The context as the MPS rate model sees it: under its grant (quota group), which shares one share."""
         return Runner(key=c.id, op=c.stream[0].op, priority=self._priority(c), mps_pct=c.spec.mps_pct,
-                      share=self._share(c, runners if runners is not None else self._runners()),
-                      soft=c.spec.soft_cap, spill=self.memory.spill_fraction(c.id))
-
-    @staticmethod
-    def _share(c: Client, busy: list[Client]) -> float | None:
-        """The context's compute share: its grant's, split evenly among the grant's contexts that have work (a
-        grant's share is one, however many contexts draw on it)."""
-        share, group = c.spec.compute_share, c.spec.quota_group
-        if share is None or group is None:
-            return share
-        return share / max(1, sum(1 for o in busy if o.spec.quota_group == group))
+                      share=c.spec.compute_share, soft=c.spec.soft_cap, spill=self.memory.spill_fraction(c.id),
+                      unit=c.spec.quota_group)
 
     def _candidates(self) -> dict[int, Candidate]:
-        """Contexts as the time-slicer sees them (cached until a stream head or the client set changes)."""
+        """Contexts as the time-slicer sees them (cached until a stream head or the client set changes): each
+        under its grant (quota group), which takes turns and is charged its whole share as one."""
         if self._cands is None:
-            live = [c for c in self.clients.values() if c.lost is None]
-            busy = [c for c in live if c.stream and type(c.stream[0]) is _Kernel]
-            self._cands = {c.id: Candidate(c.id, self._priority(c), self._share(c, busy), c.spec.soft_cap,
-                                           bool(c.stream) and type(c.stream[0]) is _Kernel)
-                           for c in live}
+            self._cands = {c.id: Candidate(c.id, self._priority(c), c.spec.compute_share, c.spec.soft_cap,
+                                           bool(c.stream) and type(c.stream[0]) is _Kernel, c.spec.quota_group)
+                           for c in self.clients.values() if c.lost is None}
         return self._cands
 
     def _current(self, runners: list[Client]) -> tuple[dict[int, RunnerRate], tuple[float, ...], tuple[float, float]]:
@@ -320,10 +319,10 @@ class EmulatedDevice:
         segment = self._segments.get(key)
         if segment is None:
             if slicer is None:
-                rates = share_concurrent(self.perf, [self._runner(c, runners) for c in runners])
+                rates = share_concurrent(self.perf, [self._runner(c) for c in runners])
                 device = total_activity([r.activity for r in rates.values()])
             else:
-                rates = {c.id: (solo_rate if c.id == running else stalled)(self.perf, self._runner(c, runners))
+                rates = {c.id: (solo_rate if c.id == running else stalled)(self.perf, self._runner(c))
                          for c in runners}
                 device = total_activity([r.activity for r in rates.values()])
                 if slicer.switching:
@@ -435,7 +434,8 @@ class EmulatedDevice:
                 if rr.rate <= 0.0:
                     # waiting: for its slice (interference: counts as busy, so it shows as slowdown), or
                     # out its own hard compute share's cool-down (alone it would wait the same: not busy)
-                    if client.spec.soft_cap or not (capped and capped.get(client.id, 0.0) > self.now + 1e-12):
+                    unit = client.id if client.spec.quota_group is None else client.spec.quota_group
+                    if client.spec.soft_cap or not (capped and capped.get(unit, 0.0) > self.now + 1e-12):
                         totals.busy_s += dt
                     continue
                 totals.busy_s += dt
@@ -456,6 +456,7 @@ class EmulatedDevice:
                 client.queued -= done
                 totals.kernels_done += done
             if not client.stream:
+                client.drained_at = self.now + dt
                 drained.add(client.id)
 
     # --- views -------------------------------------------------------------------------------------

@@ -10,6 +10,11 @@ slice by slice. Under MPS every client with a kernel in flight is a Runner, and 
 2. Soft-capped clients (Gaia's soft limit) then take the idle capacity left over, up to their demand;
    hard-capped ones never exceed their share.
 
+The unit that is handed capacity is the grant (`Runner.unit`), not the context: a grant's contexts share its
+one active-thread percentage and its one share, so the grant takes what its most demanding context could
+alone, and splits that among its contexts. Extra contexts on one grant (or a stolen token) take nothing more
+from the neighbours.
+
 A client's speed (fraction of its solo speed) is allocation / demand. Two 100% clients get 0.5 each
 (measured on H100: 340 + 340 TF of 676 alone); two 50% clients get 0.5 / 0.66 = 0.76 of their 50% solo
 speed (measured 325 of 444 TF = 0.73). High-priority clients that have lower-priority co-runners lose
@@ -21,7 +26,7 @@ the kernel's DRAM traffic crosses the host link at GPUSpec.pcie_bytes_per_s.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -50,6 +55,7 @@ class Runner:
     share: float | None = None  # compute share cap in (0, 1]; None = uncapped
     soft: bool = False  # soft cap: may use idle capacity beyond `share`
     spill: float = 0.0  # fraction of the client's data in host memory
+    unit: Hashable = None  # the grant it draws on (None: its own); `share` is the grant's
 
 
 @dataclass(frozen=True)
@@ -89,9 +95,27 @@ def waterfill(limits: Sequence[float], capacity: float) -> list[float]:
     return alloc
 
 
+def fill_units(limits: Sequence[float], units: Sequence[Hashable], capacity: float) -> list[float]:
+    """waterfill over units (a unit takes at most its largest member's limit), then within each unit."""
+    members: dict[Hashable, list[int]] = {}
+    for i, unit in enumerate(units):
+        members.setdefault(unit, []).append(i)
+    groups = list(members.values())
+    if len(groups) == len(limits):
+        return waterfill(limits, capacity)
+    got = waterfill([max(limits[i] for i in g) for g in groups], capacity)
+    alloc = [0.0] * len(limits)
+    for g, cap in zip(groups, got, strict=True):
+        for i, a in zip(g, waterfill([limits[i] for i in g], cap), strict=True):
+            alloc[i] = a
+    return alloc
+
+
 def allocate(demands: Sequence[float], caps: Sequence[float], soft: Sequence[bool],
-             priorities: Sequence[int]) -> list[float]:
-    """Capacity per client: priority groups first, hard caps never exceeded, soft caps fill idle capacity."""
+             priorities: Sequence[int], units: Sequence[Hashable] | None = None) -> list[float]:
+    """Capacity per client: priority groups first, hard caps never exceeded, soft caps fill idle capacity;
+    clients of one unit (grant) share one allocation."""
+    units = list(range(len(demands))) if units is None else units
     alloc = [0.0] * len(demands)
     left = 1.0
     groups = sorted(set(priorities))
@@ -102,7 +126,7 @@ def allocate(demands: Sequence[float], caps: Sequence[float], soft: Sequence[boo
                 limits = [demands[i] - alloc[i] for i in members]
             else:
                 limits = [min(demands[i], caps[i]) for i in members]
-            got = waterfill(limits, left)
+            got = fill_units(limits, [units[i] for i in members], left)
             for i, g in zip(members, got, strict=True):
                 alloc[i] += g
                 left -= g
@@ -154,7 +178,8 @@ def share_concurrent(perf: PerfModel, runners: Sequence[Runner]) -> dict[int, Ru
     demands = [min(1.0, kernel_seconds(perf.cost(r.op, None)) / kernel_seconds(c))
                for r, c in zip(runners, costs, strict=True)]
     caps = [1.0 if r.share is None else r.share for r in runners]
-    alloc = allocate(demands, caps, [r.soft for r in runners], [r.priority for r in runners])
+    units = [("ctx", r.key) if r.unit is None else ("grant", r.unit) for r in runners]
+    alloc = allocate(demands, caps, [r.soft for r in runners], [r.priority for r in runners], units)
     lowest = max(r.priority for r in runners)
     out: dict[int, RunnerRate] = {}
     for i, r in enumerate(runners):

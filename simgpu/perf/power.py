@@ -36,4 +36,5 @@ def board_power(gpu, demand: float, budget: float = 1.0) -> tuple[float, float]:
     mhz = clock_mhz(gpu, demand, budget)
     if demand <= 0:
         return mhz, 0.0
-    return mhz, gpu.power_w * demand * (mhz / gpu.peak_mhz) ** 3
+    # the min only removes rounding (700.0000000000002 W on a 700 W board): the product never exceeds it otherwise
+    return mhz, min(gpu.power_w * budget, gpu.power_w * demand * (mhz / gpu.peak_mhz) ** 3)
