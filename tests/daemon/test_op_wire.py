@@ -12,7 +12,7 @@ from simgpu.device import build_gpu
 from simgpu.device.node import EmulatedNode
 from simgpu.errors import SimgpuError
 from simgpu.perf import CopyOp, ElementwiseOp, GemmOp
-from simgpu.perf.ops import ELEMENTWISE_INPUTS
+from simgpu.perf.ops import ELEMENTWISE_INPUTS, SIZE_MAX
 from simgpu.token import Grant, issue_token
 
 SECRET = b"w" * 32
@@ -28,7 +28,7 @@ def op_parser() -> NodeDaemonService:
     return NodeDaemonService(runtime=None)  # parsing an op never touches the runtime
 
 
-@given(nbytes=st.integers(1, 2**62), flops=st.integers(0, 2**62), inputs=st.sampled_from(ELEMENTWISE_INPUTS))
+@given(nbytes=st.integers(1, SIZE_MAX["bytes"]), flops=st.integers(0, SIZE_MAX["flops"]), inputs=st.sampled_from(ELEMENTWISE_INPUTS))
 def test_an_elementwise_op_arrives_as_sent(nbytes, flops, inputs):
     op = ElementwiseOp(nbytes, flops, inputs=inputs)
     assert op_parser()._op(wire(op_message(op))) == op
