@@ -31,7 +31,10 @@ whose bound rate is within 10% of its creation rate is marked creation-bound: th
 the scheduler's. RSS: VmHWM (peak) and VmRSS from /proc/<pid>/status when a run ends (a process serves all
 modes of its setting, so the peak covers the earlier modes too). CPU: per process, share of one core from the
 first create until the run ends (all bound, or giving up after --stall), and CPU time per bound pod — the
-least load-dependent figure here: what a pod costs the scheduler whatever else runs. Everything shares this
+least load-dependent figure here: what a pod costs the scheduler whatever else runs. Writes: the apiserver's
+apiserver_request_total for write verbs, before and after each run, per bound pod (the creator's own
+`POST pods` left out): what binding a pod costs the apiserver, beside the scheduler's own CPU (KWOK's
+`PATCH pods/status`, which makes a bound pod Running, is counted there too). Everything shares this
 machine's CPUs (and, on a shared machine, other people's work): rates and latencies are noisy.
 
     FGPU_TESTBIN=$(hack/testbin.sh | tail -n1) .venv/bin/python bench/scheduler.py [--quick]
@@ -417,12 +420,14 @@ class Bench:
         others = {name: self.plane.pid(name) for name in ("kube-apiserver", "etcd", "kwok")}
         pids = {"scheduler": pid, **others, "bench": os.getpid()}
         cpu0 = {k: proc_cpu(p) for k, p in pids.items()}
+        writes0 = apiserver_writes(self.plane)
         log(f"run {self.serial}: {label}, {pods} pods on {len(self.nodes)} nodes")
         rate = self.args.rate if mode == "rate" else None
         trace = asyncio.run(run_pods(self.creds, namespace, bodies, rate, self.args.stall, label))
         cpu = {k: proc_cpu(p) - cpu0[k] for k, p in pids.items()}
         hwm, rss = proc_memory(pid)
         row = summarize(trace, cpu)
+        row["writes_per_pod"] = writes_per_pod(writes0, apiserver_writes(self.plane), row["bound"])
         row.update(scheduler=scheduler, setting=setting_label, mode=mode, nodes=len(self.nodes), pods=pods,
                    rate_offered=rate, rss_peak_mb=hwm, rss_mb=rss, namespace=namespace)
         self.runs.append(row)
@@ -465,6 +470,35 @@ def settle(pid: int, idle: float = 0.35, step: float = 2.0, limit: float = 300.0
         if proc_cpu(pid) - before < idle * step:
             break
     return max(0.0, time.perf_counter() - start - step)
+
+
+WRITE_VERBS = ("POST", "PUT", "PATCH", "APPLY", "DELETE")
+
+
+def apiserver_writes(plane) -> dict[str, float]:
+    """The apiserver's own count of write requests it served, by `VERB resource[/subresource]`
+    (apiserver_request_total), so a run can say what each bound pod cost the apiserver."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = plane.metrics_text()
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != "apiserver_request":
+            continue
+        for sample in family.samples:
+            labels = sample.labels
+            if sample.name != "apiserver_request_total" or labels.get("verb") not in WRITE_VERBS:
+                continue
+            what = labels.get("resource", "") + (f"/{labels['subresource']}" if labels.get("subresource") else "")
+            key = f"{labels['verb']} {what}"
+            out[key] = out.get(key, 0.0) + sample.value
+    return out
+
+
+def writes_per_pod(before: dict[str, float], after: dict[str, float], bound: int) -> dict[str, float]:
+    """Writes per bound pod during a run, leaving out the bench's own pod creations (`POST pods`)."""
+    diff = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+    return {k: v / bound for k, v in sorted(diff.items()) if v > 0 and k != "POST pods" and bound}
 
 
 def summarize(trace: Trace, cpu: dict[str, float]) -> dict:
@@ -522,6 +556,16 @@ def cpu_table(rows: list[dict]) -> str:
         parts = [c["scheduler"], c["kube-apiserver"], c["etcd"], c["kwok"], c["bench"]]
         out.append(f"| {r['scheduler']} {r['setting']} {r['mode']} | {r['wall']:.1f} s | "
                    + " | ".join(f"{p:.0%}" for p in parts) + f" | {sum(parts):.0%} |")
+    return "\n".join(out)
+
+
+def writes_table(rows: list[dict]) -> str:
+    """What each bound pod cost the apiserver in writes, per scheduler run (the creator's POST pods left out)."""
+    out = ["| run | writes per bound pod | of which |", "|---|---|---|"]
+    for r in rows:
+        w = r.get("writes_per_pod", {})
+        detail = ", ".join(f"{k} {v:.2f}" for k, v in w.items() if v >= 0.005)
+        out.append(f"| {r['scheduler']} {r['setting']} {r['mode']} | {sum(w.values()):.2f} | {detail} |")
     return "\n".join(out)
 
 
@@ -658,6 +702,9 @@ def main() -> int:
     print("\nCPU during each run (share of one core; the machine has "
           f"{info['cpus']}):\n")
     print(cpu_table(rows))
+    print("\nWrites each bound pod cost the apiserver during the run (apiserver_request_total; the bench's own "
+          "pod creations left out):\n")
+    print(writes_table(rows))
     print("\n" + targets_table(checks) + "\n")
     print(plot(rows, args.plot), flush=True)
     if args.out_json:

@@ -189,6 +189,12 @@ class ControlPlane:
 
         return config.new_client_from_config(config_file=str(self.kubeconfig))
 
+    def metrics_text(self) -> str:
+        """kube-apiserver's /metrics (Prometheus text), read as the admin: what it served, for benchmarks."""
+        req = urllib.request.Request(f"{self.server}/metrics", headers={"Authorization": f"Bearer {self.token}"})
+        with urllib.request.urlopen(req, timeout=30, context=_probe_context()) as resp:
+            return resp.read().decode()
+
     def running(self, name: str) -> bool:
         comp = self._by_name.get(name)
         return comp is not None and comp.alive()
