@@ -50,6 +50,7 @@ import functools
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -649,8 +650,13 @@ def machine() -> dict:
 
 
 # ---- main -----------------------------------------------------------------------------------------------------
+def _interrupted(signum, frame) -> None:
+    raise KeyboardInterrupt  # SIGTERM stops everything as Ctrl-C does (no operator left behind)
+
+
 def main() -> int:
     args = parse_args()
+    signal.signal(signal.SIGTERM, _interrupted)
     from devcluster.kubeplane import ControlPlane, find_testbin
 
     began = time.perf_counter()
