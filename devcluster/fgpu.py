@@ -4,12 +4,16 @@ tests/e2e/operator_proc.py), bench/scheduler.py and the demo.
 
 `detach=True` starts a process in a session of its own that outlives its parent (the demo's cluster stays up
 after `make demo` returns, until `make demo-down`); otherwise it dies with its parent (PR_SET_PDEATHSIG), so a
-killed test run leaves nothing behind."""
+killed test run leaves nothing behind.
+
+The operator and every device plugin of one cluster get the same hand-off key (`handoff_key_file`, beside the
+cluster's kubeconfig), so every e2e run and demo signs and verifies each assignment."""
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -52,13 +56,41 @@ def stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
         proc.wait(5)
 
 
+HANDOFF_KEY_NAME = "fgpu-handoff.key"
+HANDOFF_KEY_FLAG = "--handoff-key-file"
+
+
+def handoff_key_file(kubeconfig: Path) -> Path:
+    """The cluster's hand-off key (the Helm chart's Secret, for dev clusters): made once beside its kubeconfig."""
+    path = Path(kubeconfig).resolve().parent / HANDOFF_KEY_NAME
+    if path.exists():
+        return path
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".handoff-key.")
+    with os.fdopen(fd, "w") as f:
+        f.write(os.urandom(32).hex() + "\n")
+    try:
+        os.link(tmp, path)  # whole or not at all; a concurrent maker's key wins
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(tmp)
+    return path
+
+
+def _with_key(kubeconfig: Path, extra: tuple[str, ...]) -> list[str]:
+    """`extra`, plus the cluster's key unless the caller names one."""
+    named = any(a == HANDOFF_KEY_FLAG or a.startswith(HANDOFF_KEY_FLAG + "=") for a in extra)
+    return [*extra] if named else [HANDOFF_KEY_FLAG, str(handoff_key_file(kubeconfig)), *extra]
+
+
 def start_operator(kubeconfig: Path, log_path: Path, *extra: str, leader_elect: bool = False,
                    policy: str = "binpack", ready: str = "fgpu scheduler started", detach: bool = False,
                    timeout: float = 60) -> subprocess.Popen:
     """`fgpu operator` against `kubeconfig`; returns once its log shows `ready` (the model is synced), else
     raises ComponentError with the log's tail."""
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
-    argv = [FGPU, "operator", "--policy", policy, *([] if leader_elect else ["--no-leader-elect"]), *extra]
+    argv = [FGPU, "operator", "--policy", policy, *([] if leader_elect else ["--no-leader-elect"]),
+            *_with_key(kubeconfig, extra)]
     proc = spawn(argv, log_path, env=env, detach=detach)
     deadline = time.monotonic() + timeout
     while ready not in log_tail(proc, 1 << 20):
@@ -95,7 +127,7 @@ def start_plugin(config: Path, node: str, plugin_dir: Path, kubeconfig: Path, da
     """`fgpu-device-plugin` for `node`, registering with the kubelet.sock in `plugin_dir`."""
     return spawn([sys.executable, "-m", "deviceplugin.cli", "--config", str(config), "--node-name", node,
                   "--device-plugin-path", str(plugin_dir), "--kubeconfig", str(kubeconfig),
-                  "--daemon-socket", str(daemon_socket), *extra], log_path, detach=detach)
+                  "--daemon-socket", str(daemon_socket), *_with_key(kubeconfig, extra)], log_path, detach=detach)
 
 
 def install_crds(k8s) -> None:

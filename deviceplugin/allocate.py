@@ -25,6 +25,7 @@ class AllocContext:
     secret: bytes
     daemon_socket: str | None = None  # host path; its directory is mounted at env.CONTAINER_SOCKET_DIR
     memory_quota: str = "hard"  # hard | oversubscribe
+    handoff_key: bytes | None = None  # verifies the scheduler's signature on assignments (None: unverified)
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,9 @@ def allocate_assignment(resource: Resource, device_ids: list[str], match: Match 
             f"{len(device_ids)} {resource.name}: was the pod scheduled by fgpu's scheduler?",
             field=ASSIGNMENT)
     pod, container = match.pod, match.container
+    if match.refused:
+        raise AllocateError(f"pod {pod.namespace}/{pod.name} container {container.name}: not handed out: "
+                            f"{match.refused}", field=ASSIGNMENT)
     grants = []
     for i, share in enumerate(container.devices):
         device = devices.get(share.uuid)

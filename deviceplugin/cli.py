@@ -2,6 +2,7 @@
 
     fgpu-device-plugin --config FILE --node-name NAME [--device-plugin-path DIR] [--daemon-socket PATH]
                        [--state-dir DIR] [--kubeconfig FILE | --standalone] [--metrics-port PORT]
+                       [--handoff-key-file PATH]
 
 Bad input (an invalid config, a missing directory) is one line on stderr and exit code 2.
 """
@@ -22,6 +23,8 @@ from deviceplugin.resources import discover, node_devices, node_level_resources
 from deviceplugin.server import HealthBoard, PluginManager, make_shared
 from deviceplugin.statedir import DEFAULT_STATE_DIR, STATE_DIR_ENV, explicit_state_dir, prepare_state_dir
 from fgpu_contracts.cli import OneLineParser, port
+from fgpu_contracts.errors import InputError
+from fgpu_contracts.signature import load_key
 from simgpu.errors import SimgpuError
 from simgpu.nodeconfig import load_node_config, resolve_node_name
 from simgpu.token import load_or_create_secret
@@ -46,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--standalone", action="store_true", help="never talk to the Kubernetes API")
     p.add_argument("--metrics-port", type=port, default=0,
                    help="serve Prometheus metrics on http://0.0.0.0:PORT/metrics (0: off; see docs/metrics.md)")
+    p.add_argument("--handoff-key-file", default="", metavar="PATH",
+                   help="the operator's hand-off key: hand out only assignments it signed (default: unverified)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return p
 
@@ -59,8 +64,9 @@ class Plugin:
         self.resources = discover(self.cfg, self.node)
         self.gpus = self.cfg.gpu_devices(self.node)
         secret = load_or_create_secret(self.cfg.token_secret_file)
+        handoff_key = load_key(args.handoff_key_file) if args.handoff_key_file else None
         ctx = AllocContext(node_name=self.node, secret=secret, daemon_socket=args.daemon_socket,
-                           memory_quota=self.cfg.memory_quota)
+                           memory_quota=self.cfg.memory_quota, handoff_key=handoff_key)
         self.api = None
         if not args.standalone:
             from deviceplugin.kube import load_api_client
@@ -76,6 +82,9 @@ class Plugin:
             # checked even when unused if set explicitly: a typo should not wait for the first fractional GPU
             self.state_dir = prepare_state_dir(args.state_dir, self.cfg.state_dir, os.environ,
                                                self.cfg.token_secret_file)
+        if needs_journal and handoff_key is None:
+            log.warning("no --handoff-key-file: fractional hand-offs are unverified; any fgpu.io/assignment a pod "
+                        "carries at Allocate is handed out (run with the operator's key to refuse forged ones)")
         if needs_journal:
             from deviceplugin.kube import KubePods
             from deviceplugin.records import JournalBusy
@@ -153,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         plugin = Plugin(args)
         plugin.start()
-    except SimgpuError as err:
+    except InputError as err:  # SimgpuError included
         print(f"fgpu-device-plugin: error: {err}", file=sys.stderr)
         return 2
     except OSError as err:  # a step that names no option of its own: say what failed, blame no option

@@ -4,11 +4,16 @@ pending pod's container an Allocate call is for (pure).
 Kubelet's Allocate request names device IDs but not the pod; as HAMi does, the plugin takes the oldest pending
 pod on its node whose next unallocated container asks for as many devices as the request has, and records the
 containers it has allocated in `fgpu.io/allocated` so a plugin restart does not hand the same one out twice.
+
+With a hand-off key, only a pod whose assignment carries the scheduler's signature is handed anything
+(fgpu_contracts.signature): an unsigned or edited one still matches (so its own Allocate is refused with the
+reason, the kubelet's admission error on that pod) but never ahead of a verified one, so a forged pod can
+neither take a share nor jump the queue.
 """
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -49,14 +54,20 @@ class Match:
     pod: PodView
     container: ContainerAssignment
     assignment: Assignment
+    refused: str = ""  # why this pod's assignment is not to be handed out ("": it is verified, or unchecked)
+
+
+#: (pod, node) -> why its hand-off is not the scheduler's, None when it is (signature.problem with the key)
+Verify = Callable[[PodView, str], "str | None"]
 
 
 def find_assignment(pods: Iterable[PodView], node: str, device_count: int,
-                    taken: set[tuple[str, str]] = frozenset()) -> Match | None:
+                    taken: set[tuple[str, str]] = frozenset(), verify: Verify | None = None) -> Match | None:
     """The container an Allocate of `device_count` devices is for: the oldest assigned pending pod on `node`
     whose first not-yet-allocated container has `device_count` devices. `taken` holds (pod uid, container)
     pairs this plugin allocated but may not have recorded on the pod yet. Unparseable annotations are
-    skipped (the pod then never matches; the operator's validation is the place to reject them)."""
+    skipped (the pod then never matches; the operator's validation is the place to reject them). With
+    `verify`, a verified pod always comes before one that is not (whose Match says why in `refused`)."""
     best_key: tuple[str, str, str, str] | None = None
     best: Match | None = None
     for pod in pods:  # one pass, no sort: Allocate runs this on every call with ~100 pods
@@ -69,11 +80,15 @@ def find_assignment(pods: Iterable[PodView], node: str, device_count: int,
         if assignment.node != node:
             continue
         key = (pod.annotations.get(ASSIGNED_AT, ""), pod.created, pod.namespace, pod.name)
-        if best_key is not None and key >= best_key:
+        if best_key is not None and key >= best_key and not best.refused:
             continue
         done = pod.allocated_containers()
         first = next((c for c in assignment.containers
                       if c.name not in done and (pod.uid, c.name) not in taken), None)
-        if first is not None and len(first.devices) == device_count:
-            best_key, best = key, Match(pod, first, assignment)
+        if first is None or len(first.devices) != device_count:
+            continue
+        refused = (verify(pod, node) or "") if verify is not None else ""
+        if best is not None and (bool(refused), key) >= (bool(best.refused), best_key):
+            continue
+        best_key, best = key, Match(pod, first, assignment, refused)
     return best

@@ -32,6 +32,7 @@ from deviceplugin.labels import Health
 from deviceplugin.metrics import PluginMetrics
 from deviceplugin.resources import Resource, Slot
 from fgpu_contracts.keys import ASSIGNMENT
+from fgpu_contracts.signature import problem
 from simgpu.errors import SimgpuError
 
 log = logging.getLogger("fgpu.deviceplugin")
@@ -172,7 +173,9 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
                                 f"scheduler's {ASSIGNMENT}; this plugin runs standalone (no kubeconfig)",
                                 field=ASSIGNMENT)
         with shared.lock:
-            match = self._match(ids, fresh=False) or self._match(ids, fresh=True)
+            match = self._match(ids, fresh=False)
+            if match is None or match.refused:  # the cache may not have seen the guard's write-back yet
+                match = self._match(ids, fresh=True)
             alloc = allocate_assignment(self.resource, ids, match, shared.ctx, shared.devices)
             shared.taken.add((match.pod.uid, match.container.name))
         shared.pods.mark_allocated(match.pod, match.container.name)
@@ -190,7 +193,11 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         if len(taken) > 2 * len(pods) + 256:  # forget pods that are no longer pending
             live = {p.uid for p in pods}
             taken.intersection_update({t for t in taken if t[0] in live})
-        return find_assignment(pods, self.shared.ctx.node_name, len(ids), taken)
+        return find_assignment(pods, self.shared.ctx.node_name, len(ids), taken, self._verify)
+
+    def _verify(self, pod: PodView, node: str) -> str | None:
+        key = self.shared.ctx.handoff_key
+        return None if key is None else problem(key, pod.uid, node, pod.annotations)
 
     def PreStartContainer(self, request, context):
         for device_id in request.devices_ids:

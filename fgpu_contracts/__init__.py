@@ -5,6 +5,7 @@ must agree on. Imports no other fgpu package; simgpu, the device plugin and the 
     keys        annotation and label keys, resource names, scheduler name, every accepted request spelling
     request     the canonical GPU request a pod spec is parsed into (whatever spelling it used)
     assignment  the scheduler -> device plugin hand-off (`fgpu.io/assignment`, v1)
+    signature   the scheduler's HMAC on that hand-off (`fgpu.io/assignment-signature`), and its key file
     inventory   a node's GPUs as the device plugin publishes them (`fgpu.io/gpu-inventory`, v1), and the
                 GPUNode custom resource that carries them (deploy/crds/gpunode.yaml)
     policy      the cluster's scheduling defaults, the SchedulingPolicy custom resource

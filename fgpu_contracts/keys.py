@@ -13,8 +13,9 @@ ASSIGNMENT = "fgpu.io/assignment"  # JSON, assignment.Assignment (v1)
 ASSIGNED_AT = "fgpu.io/assigned-at"  # RFC 3339; oldest first wins at Allocate
 ALLOCATED = "fgpu.io/allocated"  # JSON list of container names the plugin has allocated
 REQUEST = "fgpu.io/request"  # JSON, request.GpuRequest (v1): what the mutating webhook understood
+ASSIGNMENT_SIGNATURE = "fgpu.io/assignment-signature"  # signature.sign: the scheduler's HMAC over the hand-off
 #: Annotations only fgpu's own components may set; the webhook strips or denies them on user pods.
-HANDOFF_KEYS = (ASSIGNMENT, ASSIGNED_AT, ALLOCATED, REQUEST)
+HANDOFF_KEYS = (ASSIGNMENT, ASSIGNED_AT, ALLOCATED, REQUEST, ASSIGNMENT_SIGNATURE)
 
 # --- node: written by the device plugin -------------------------------------------------------------------
 INVENTORY = "fgpu.io/gpu-inventory"  # JSON, inventory.Inventory (v1)

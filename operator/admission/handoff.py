@@ -26,7 +26,7 @@ def check_create(view: PodView) -> None:
         if key in view.annotations:
             raise HandoffError("is written by fgpu's scheduler and device plugin only; remove it (a manifest "
                                "copied from a running pod carries it)", field=annotation_field(key),
-                               allowed=["no fgpu.io/assignment, assigned-at or allocated on a new pod"])
+                               allowed=["no fgpu.io/assignment, assigned-at, allocated or assignment-signature on a new pod"])
 
 
 def check_update(old: PodView, new: PodView, username: str, config: AdmissionConfig) -> None:

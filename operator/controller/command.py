@@ -6,6 +6,7 @@ import logging
 import os
 
 from fgpu_contracts.errors import InputError
+from fgpu_contracts.signature import load_key
 
 from ..placement.policies import LIVE_POLICIES
 
@@ -46,6 +47,9 @@ def register(subparsers) -> None:
                    help="create the Mutating/ValidatingWebhookConfiguration (the Helm chart ships its own)")
     p.add_argument("--trusted-user", action="append", default=[],
                    help="user allowed to edit hand-off annotations (the operator's / plugin's service account)")
+    p.add_argument("--handoff-key-file", default="", metavar="PATH",
+                   help="key to sign each assignment with (fgpu.io/assignment-signature); give every device plugin "
+                        "the same file (the Helm chart makes and mounts one). Default: assignments go unsigned")
     p.add_argument("-v", "--verbose", action="store_true")
     p.set_defaults(func=run)
 
@@ -59,12 +63,13 @@ def run(args: argparse.Namespace) -> int:
         if not os.path.isfile(args.kubeconfig):
             raise InputError(f"{args.kubeconfig}: no such file", field="--kubeconfig")
         os.environ["KUBECONFIG"] = args.kubeconfig  # Kopf's own login reads it too
+    handoff_key = load_key(args.handoff_key_file) if args.handoff_key_file else None
     handlers.CONFIG = handlers.OperatorConfig(
         kubeconfig=args.kubeconfig, policy=args.policy, qps=args.qps, burst=args.burst,
         binds_in_flight=args.binds_in_flight, leader_elect=not args.no_leader_elect,
         lease_namespace=args.lease_namespace, identity=args.identity, webhook_port=args.webhook_port,
         webhook_addr=args.webhook_addr, webhook_host=args.webhook_host, webhook_cert_dir=args.webhook_cert_dir,
-        manage_webhook_config=args.manage_webhook_config)
+        manage_webhook_config=args.manage_webhook_config, handoff_key=handoff_key)
     for flag, port in (("--webhook-port", args.webhook_port), ("--metrics-port", args.metrics_port)):
         if not 0 <= port <= 65535:
             raise InputError(f"{port} is not a TCP port", field=flag, allowed=["0..65535"])

@@ -54,6 +54,7 @@ class OperatorConfig:
     webhook_host: str = ""  # the name the apiserver dials (Service DNS name, or 127.0.0.1 in tests)
     webhook_cert_dir: str = ""  # tls.crt / tls.key / ca.pem mounted by the chart; empty: self-signed
     manage_webhook_config: bool = False  # let Kopf create the (Mutating|Validating)WebhookConfiguration
+    handoff_key: bytes | None = None  # --handoff-key-file's key: signs every assignment (None: unsigned)
 
 
 #: Set by `run` before Kopf starts (Kopf handlers are module-level functions).
@@ -108,7 +109,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     memo.elector = elector
     memo.scheduler = Scheduler(LiveCluster(policy=CONFIG.policy), memo.api, memo.events,
                                is_leader=(lambda: elector.is_leader) if elector else (lambda: True),
-                               max_binds_in_flight=CONFIG.binds_in_flight, metrics=memo.metrics)
+                               max_binds_in_flight=CONFIG.binds_in_flight, metrics=memo.metrics,
+                               handoff_key=CONFIG.handoff_key)
     is_leader = memo.scheduler.is_leader
     memo.metrics.attach(memo.scheduler, identity, is_leader, asyncio.get_running_loop())
     memo.admission = AdmissionConfig()  # what the webhook reads; the SchedulingPolicy updates it
@@ -124,6 +126,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     if elector is not None:
         memo.tasks.append(asyncio.create_task(elector.run(), name="fgpu-leader-election"))
         memo.tasks.append(asyncio.create_task(_wake_on_leadership(elector, memo)))
+    if CONFIG.handoff_key is None:
+        log.warning("no --handoff-key-file: assignments go unsigned, and device plugins that verify refuse them")
     log.info("fgpu scheduler started: %d nodes, %d allocations restored", len(memo.scheduler.live.specs),
              len(memo.scheduler.live.allocations))
 

@@ -7,7 +7,11 @@ binding. The scheduler is the one who decided the share, so it is the root of tr
 of every bound pod (what it wrote on the Binding, or what it saw when it first saw the pod bound) and, when a
 watch event shows something else, writes the remembered value back and says so in a Warning Event.
 
-Pure: `compare` is the decision, `HandoffGuard` the memory; the scheduler does the writes.
+With a hand-off key (`--handoff-key-file`) the scheduler also signs what it gives (fgpu_contracts.signature)
+and the device plugin hands out only what verifies; `distrust` is what a restarted scheduler makes of a bound
+pod whose hand-off does not verify.
+
+Pure: `compare` and `distrust` are the decisions, `HandoffGuard` the memory; the scheduler does the writes.
 """
 from __future__ import annotations
 
@@ -16,12 +20,14 @@ from dataclasses import dataclass
 from fgpu_contracts import keys
 from fgpu_contracts.assignment import parse_assignment
 from fgpu_contracts.errors import InputError
+from fgpu_contracts.signature import problem
 
 #: The scheduler's half of the hand-off (`fgpu.io/allocated` is the device plugin's; `fgpu.io/request` is
 #: read only before binding).
-GUARDED = (keys.ASSIGNMENT, keys.ASSIGNED_AT)
+GUARDED = (keys.ASSIGNMENT, keys.ASSIGNED_AT, keys.ASSIGNMENT_SIGNATURE)
 REASON = "AssignmentRestored"
 FAILED = "AssignmentNotRestored"
+UNVERIFIED = "AssignmentUnverified"
 _SHOWN = 160  # characters of a forged value quoted in the Event
 
 
@@ -31,15 +37,20 @@ class Handoff:
 
     assignment: str | None = None
     assigned_at: str | None = None
+    signature: str | None = None
 
     @classmethod
     def of(cls, pod: dict) -> Handoff:
-        annotations = (pod.get("metadata") or {}).get("annotations") or {}
-        assignment, at = annotations.get(keys.ASSIGNMENT), annotations.get(keys.ASSIGNED_AT)
-        return NONE if assignment is None and at is None else cls(assignment, at)
+        return cls.of_annotations((pod.get("metadata") or {}).get("annotations") or {})
+
+    @classmethod
+    def of_annotations(cls, annotations: dict) -> Handoff:
+        values = [annotations.get(k) for k in GUARDED]
+        return NONE if values == [None, None, None] else cls(*values)
 
     def value(self, key: str) -> str | None:
-        return self.assignment if key == keys.ASSIGNMENT else self.assigned_at
+        return {keys.ASSIGNMENT: self.assignment, keys.ASSIGNED_AT: self.assigned_at,
+                keys.ASSIGNMENT_SIGNATURE: self.signature}[key]
 
 
 NONE = Handoff()  # a pod bound without a GPU allocation (shared: most bound pods)
@@ -119,3 +130,32 @@ class HandoffGuard:
 
     def __len__(self) -> int:
         return len(self._kept)
+
+
+@dataclass(frozen=True)
+class Distrust:
+    """A bound pod's hand-off that fgpu's scheduler did not sign: why, and whether to count what it claims."""
+
+    message: str
+    count_claim: bool
+    reason: str = UNVERIFIED
+
+
+def distrust(key: bytes | None, uid: str, node: str, pod: dict) -> Distrust | None:
+    """None when the pod's assignment verifies (or there is none, or no key to check with). Else: a pod whose
+    containers were not allocated yet will never get the claimed share (the device plugin refuses it), so none
+    is counted; one already allocated holds whatever it was given at start, which is not known any more, so
+    its claim stays reserved: that gives the pod nothing (its containers keep what they got) and never lets
+    the scheduler place a second pod onto a share that may be in use."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    if key is None or keys.ASSIGNMENT not in annotations:
+        return None
+    why = problem(key, uid, node, annotations)
+    if why is None:
+        return None
+    allocated = bool(annotations.get(keys.ALLOCATED, "").strip("[] "))
+    then = ("its containers already run with what they were given at start, which is not known: its claim "
+            "stays reserved until the pod ends" if allocated else
+            "its GPU share is not counted and the device plugin hands it to no container")
+    return Distrust(f"{keys.ASSIGNMENT} does not verify ({why}): fgpu's scheduler did not give it; {then}",
+                    count_claim=allocated)

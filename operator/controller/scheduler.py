@@ -10,6 +10,8 @@ capacity changes (a pod released, a node added or changed, a GPU healthy again):
 
 Only the leader (a coordination Lease) binds; a standby keeps the same model warm from the same watches.
 A bound pod's hand-off annotation edited by anyone else is written back (`handoff_guard`), by the leader.
+With a hand-off key every assignment is signed on the Binding, and a bound pod whose assignment does not verify
+is not taken at its word (`handoff_guard.distrust`).
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from ..placement.framework import Unschedulable
 from ..placement.live import Allocation, LiveCluster
 from . import translate
 from .gpunodes import NodeAllocations, allocation_rows
-from .handoff_guard import Handoff, HandoffGuard, Restore
+from .handoff_guard import Handoff, HandoffGuard, Restore, distrust
 from .metrics import OperatorMetrics, unschedulable_reason
 from .queue import ActiveQueue, sort_key
 
@@ -55,8 +57,10 @@ class Scheduler:
 
     def __init__(self, live: LiveCluster, api: ApiSession, events: EventRecorder,
                  is_leader: Callable[[], bool] = lambda: True, scheduler_name: str = keys.SCHEDULER_NAME,
-                 max_binds_in_flight: int = 64, metrics: OperatorMetrics | None = None):
+                 max_binds_in_flight: int = 64, metrics: OperatorMetrics | None = None,
+                 handoff_key: bytes | None = None):
         self.live, self.api, self.events = live, api, events
+        self.handoff_key = handoff_key  # signs every assignment (None: unsigned, as before keys existed)
         self.metrics = metrics or OperatorMetrics()
         self.is_leader, self.scheduler_name = is_leader, scheduler_name
         self.queue: ActiveQueue[Pending] = ActiveQueue()  # uid -> pod waiting for a decision
@@ -145,12 +149,19 @@ class Scheduler:
     def _restore(self, uid: str, pod: dict, node: str) -> None:
         request = translate.gpu_request(pod)
         bound = translate.bound_devices(pod)
+        doubt = distrust(self.handoff_key, uid, node, pod)
+        if doubt is not None:
+            meta = pod.get("metadata") or {}
+            log.warning("pod %s: %s", pod_key(pod), doubt.message)
+            self.events.post(meta.get("namespace", ""), meta.get("name", ""), uid, doubt.reason, doubt.message)
+            bound = bound if doubt.count_claim else None
         try:
             core = translate.core_request(pod, request if bound else None, self.gpu_policy)
         except InputError:
             core = translate.core_request(pod, None)
         self.live.restore(uid, core, node, bound.gpus if bound else (), bound.mig if bound else ())
-        self.guard.record(uid, Handoff.of(pod))  # first sight: a pod bound before this process started
+        if doubt is None:  # first sight: a pod bound before this process started; nothing verified to keep else
+            self.guard.record(uid, Handoff.of(pod))
         if bound is not None:
             meta = pod.get("metadata") or {}
             self.held.hold(uid, node, allocation_rows(meta.get("namespace", ""), meta.get("name", ""), uid,
@@ -245,7 +256,7 @@ class Scheduler:
             if entry.request is not None:
                 assignment = translate.assignment_for(allocation, entry.request, self._gpu_memory(allocation),
                                                       self.default_slo)
-                annotations = translate.binding_annotations(assignment, timestamp(micro=True))
+                annotations = translate.binding_annotations(assignment, timestamp(micro=True), uid, self.handoff_key)
             if not self.is_leader():  # lost the lease while waiting: whoever leads next decides
                 self.live.release(uid)
                 self.metrics.bind("not_leader")
@@ -256,7 +267,7 @@ class Scheduler:
             if out.ok:
                 if assignment is not None:
                     self.held.hold(uid, allocation.node, allocation_rows(ns, name, uid, assignment))
-                self.guard.record(uid, Handoff(annotations.get(keys.ASSIGNMENT), annotations.get(keys.ASSIGNED_AT)))
+                self.guard.record(uid, Handoff.of_annotations(annotations))
                 if (seen := self._seen_bound.get(uid)) is not None:  # edited while our Binding was in flight
                     self._keep_handoff(uid, seen)
                 self.events.post(ns, name, uid, "Scheduled", f"Successfully assigned {ns}/{name} to {allocation.node}",

@@ -24,6 +24,7 @@ from fgpu_contracts.errors import InputError
 from fgpu_contracts.inventory import node_inventory
 from fgpu_contracts.policy import SchedulingPolicySpec
 from fgpu_contracts.request import MILLI, GpuRequest, load_request
+from fgpu_contracts.signature import sign
 
 from ..admission.quantity import parse_quantity
 from ..objects import pod_key
@@ -236,8 +237,12 @@ def assignment_for(allocation: Allocation, request: GpuRequest, gpu_mem_mib: dic
     return Assignment(node=allocation.node, containers=containers)
 
 
-def binding_annotations(assignment: Assignment, now: str) -> dict[str, str]:
-    return {keys.ASSIGNMENT: dump_assignment(assignment), keys.ASSIGNED_AT: now}
+def binding_annotations(assignment: Assignment, now: str, uid: str = "", key: bytes | None = None) -> dict[str, str]:
+    """The hand-off written on the Binding; signed for pod `uid` when there is a hand-off key."""
+    out = {keys.ASSIGNMENT: dump_assignment(assignment), keys.ASSIGNED_AT: now}
+    if key is not None:
+        out[keys.ASSIGNMENT_SIGNATURE] = sign(key, uid, assignment.node, now, out[keys.ASSIGNMENT])
+    return out
 
 
 @dataclass(frozen=True)

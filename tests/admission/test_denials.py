@@ -190,8 +190,8 @@ HANDOFF = ("metadata: {annotations: {fgpu.io/assignment: '{\"version\":\"v1\"}'}
            "spec: {containers: [{name: main}]}")
 HANDOFF_MESSAGE = (
     "metadata.annotations[fgpu.io/assignment]: is written by fgpu's scheduler and device plugin only; remove it "
-    "(a manifest copied from a running pod carries it) (allowed: no fgpu.io/assignment, assigned-at or allocated "
-    "on a new pod)")
+    "(a manifest copied from a running pod carries it) (allowed: no fgpu.io/assignment, assigned-at, allocated "
+    "or assignment-signature on a new pod)")
 
 
 @pytest.mark.parametrize("extra", ["", "  nodeName: node-1\n", "  schedulerName: volcano\n"])

@@ -183,3 +183,100 @@ def test_a_write_back_the_apiserver_refuses_is_said_in_the_event():
         assert "; NOT restored (" in message and "403" in message
 
     asyncio.run(scenario())
+
+
+# --- signed hand-offs (--handoff-key-file) -------------------------------------------------------------------
+KEY = b"k" * 32
+
+
+def gpu_node(s: Scheduler) -> None:
+    s.on_node("ADDED", {"metadata": {"name": "n", "annotations": {
+        keys.INVENTORY: fractional_inventory("n", 1, uuid=lambda i: f"GPU-{i}")}},
+        "status": {"allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"}}})
+
+
+def test_the_binding_carries_the_signature_and_the_guard_keeps_it():
+    from fgpu_contracts.signature import problem
+
+    async def scenario():
+        api, events = FakeApi(), FakeEvents()
+        s = Scheduler(LiveCluster(policy="binpack"), api, events, handoff_key=KEY)
+        loop = asyncio.create_task(s.run())
+        gpu_node(s)
+        s.on_pod("ADDED", share_pod("a"))
+        await asyncio.sleep(0.05)
+        await s.drain()
+        (bind,) = [c for c in api.calls if c[1].endswith("/binding")]
+        written = bind[2]["metadata"]["annotations"]
+        assert problem(KEY, "a", "n", written) is None  # signed for this pod, this node, this turn
+        assert problem(KEY, "b", "n", written) is not None
+        bound = share_pod("a")
+        bound["spec"]["nodeName"] = "n"
+        bound["metadata"]["annotations"].update(written)
+        stripped = copy.deepcopy(bound)
+        del stripped["metadata"]["annotations"][keys.ASSIGNMENT_SIGNATURE]
+        s.on_pod("MODIFIED", stripped)  # the signature removed after binding: written back like the rest
+        await s.drain()
+        assert api.calls[-1][2] == {"metadata": {"uid": "a", "annotations": {
+            keys.ASSIGNMENT_SIGNATURE: written[keys.ASSIGNMENT_SIGNATURE]}}}
+        loop.cancel()
+
+    asyncio.run(scenario())
+
+
+def bound_pod(name: str, milli: int, key: bytes | None = None, allocated: bool = False) -> dict:
+    from fgpu_contracts.signature import sign
+
+    pod = share_pod(name)
+    pod["spec"]["nodeName"] = "n"
+    at = "2026-01-01T00:00:00.000001Z"
+    notes = {keys.ASSIGNMENT: assignment(milli), keys.ASSIGNED_AT: at}
+    if key is not None:
+        notes[keys.ASSIGNMENT_SIGNATURE] = sign(key, name, "n", at, notes[keys.ASSIGNMENT])
+    if allocated:
+        notes[keys.ALLOCATED] = '["main"]'
+    pod["metadata"]["annotations"].update(notes)
+    return pod
+
+
+def test_a_restarted_scheduler_trusts_only_what_verifies():
+    async def scenario():
+        api, events = FakeApi(), FakeEvents()
+        s = Scheduler(LiveCluster(policy="binpack"), api, events, handoff_key=KEY)
+        gpu_node(s)
+        s.on_pod("ADDED", bound_pod("good", 300, KEY))
+        forged = bound_pod("forged", 300, KEY)  # signed for 300, edited to 1000 while no operator watched
+        forged["metadata"]["annotations"][keys.ASSIGNMENT] = assignment(1000)
+        s.on_pod("ADDED", forged)
+        s.on_pod("ADDED", bound_pod("unsigned", 700))
+        s.on_pod("ADDED", bound_pod("running", 500, allocated=True))  # its containers already got something
+        assert s.live.allocations["good"].gpus == ("GPU-0",)
+        assert s.live.allocations["forged"].gpus == () and s.live.allocations["unsigned"].gpus == ()
+        assert s.live.allocations["running"].gpus == ("GPU-0",)  # what it claims stays reserved
+        unverified = {name: message for name, reason, kind, message in events.emitted
+                      if (reason, kind) == ("AssignmentUnverified", "Warning")}
+        assert set(unverified) == {"forged", "unsigned", "running"}
+        assert "does not match" in unverified["forged"] and "not counted" in unverified["forged"]
+        assert "no fgpu.io/assignment-signature" in unverified["unsigned"]
+        assert "claim stays reserved" in unverified["running"]
+        assert len(s.guard) == 1  # only the verified hand-off is kept: nothing else was given to restore
+        s.on_pod("MODIFIED", {**forged, "metadata": {**forged["metadata"], "annotations": {}}})
+        await s.drain()
+        assert api.calls == []  # no verified value to write back
+
+    asyncio.run(scenario())
+
+
+def test_a_short_key_file_fails_the_operator_in_one_line(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    short = tmp_path / "key"
+    short.write_text("tiny\n")
+    fgpu = str(Path(sys.executable).with_name("fgpu"))
+    done = subprocess.run([fgpu, "operator", "--handoff-key-file", str(short)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"fgpu operator: error: --handoff-key-file: {short} holds 4 bytes (allowed: ")
+    assert done.stderr.count("\n") == 1

@@ -195,3 +195,55 @@ def test_allocate_slots_fuzzed_ids_refused_cleanly(ids):
         with pytest.raises(AllocateError) as err:
             allocate_slots(res, ids, AllocContext("n1", SECRET))
         assert err.value.field == "devices_ids"
+
+
+# --- the scheduler's signature (fgpu_contracts.signature) --------------------------------------------------
+HANDOFF_KEY = b"h" * 32
+
+
+def signed(p: PodView, key: bytes = HANDOFF_KEY) -> PodView:
+    from fgpu_contracts.keys import ASSIGNMENT_SIGNATURE
+    from fgpu_contracts.signature import sign
+
+    sig = sign(key, p.uid, p.node_name, p.annotations[ASSIGNED_AT], p.annotations[ASSIGNMENT])
+    return PodView(p.namespace, p.name, p.uid, p.node_name, p.phase, {**p.annotations, ASSIGNMENT_SIGNATURE: sig})
+
+
+def handoff_verify(p: PodView, node: str):
+    from fgpu_contracts.signature import problem
+
+    return problem(HANDOFF_KEY, p.uid, node, p.annotations)
+
+
+def test_a_verified_pod_comes_before_a_forged_one_however_old_it_claims_to_be():
+    gpu = FRACTIONAL.gpu_devices("n1")[0].uuid
+    given = signed(pod("given", [("c", gpu, 2 << 30, 20)], at="2026-01-01T00:00:02Z"))
+    forged = pod("forged", [("c", gpu, 80 << 30, 100)], at="2000-01-01T00:00:00Z")
+    match = find_assignment([forged, given], "n1", 1, verify=handoff_verify)
+    assert (match.pod.name, match.refused) == ("given", "")
+    alone = find_assignment([forged], "n1", 1, verify=handoff_verify)
+    assert alone.pod.name == "forged" and alone.refused.startswith("no fgpu.io/assignment-signature")
+    assert find_assignment([forged], "n1", 1).refused == ""  # no key: unverified, as before keys existed
+
+
+def test_allocate_refuses_a_forged_or_unsigned_assignment_and_hands_out_the_signed_one():
+    gpu = FRACTIONAL.gpu_devices("n1")[0].uuid
+    [res] = discover(FRACTIONAL, "n1")
+    devices = node_devices(FRACTIONAL, "n1")
+    ctx = AllocContext("n1", SECRET, handoff_key=HANDOFF_KEY)
+    given = signed(pod("p", [("main", gpu, 2 << 30, 20)]))
+    grown = dump_assignment(Assignment(node="n1", containers=[ContainerAssignment(
+        name="main", devices=[DeviceShare(uuid=gpu, memBytes=80 << 30, smPct=100, milliGpu=1000)])]))
+    edited = PodView("ns", "p", given.uid, "n1", "Pending", {**given.annotations, ASSIGNMENT: grown})
+    other = signed(pod("q", [("main", gpu, 2 << 30, 20)]))  # q's signature worn by p (another uid)
+    copied = PodView("ns", "p", given.uid, "n1", "Pending", {**other.annotations})
+    for forged, why in ((edited, "does not match"), (copied, "does not match"),
+                        (pod("p", [("main", gpu, 2 << 30, 20)]), "no fgpu.io/assignment-signature")):
+        match = find_assignment([forged], "n1", 1, verify=handoff_verify)
+        with pytest.raises(AllocateError) as err:
+            allocate_assignment(res, [res.slots[0].id], match, ctx, devices)
+        assert err.value.field == ASSIGNMENT and "ns/p container main: not handed out" in str(err.value)
+        assert why in str(err.value)
+    alloc = allocate_assignment(res, [res.slots[0].id], find_assignment([given], "n1", 1, verify=handoff_verify),
+                                ctx, devices)
+    assert alloc.envs["CUDA_DEVICE_SM_LIMIT"] == "20" and alloc.grants[0].mem_limit_bytes == 2 << 30

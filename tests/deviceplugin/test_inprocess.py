@@ -4,7 +4,7 @@ import time
 
 import grpc
 import pytest
-from test_cores import FRACTIONAL, pod
+from test_cores import FRACTIONAL, HANDOFF_KEY, pod, signed
 
 from deviceplugin.allocate import AllocContext
 from deviceplugin.api import api_pb2
@@ -35,8 +35,8 @@ class StubPods:
 def start_manager(kubelet, plugin_dir):
     managers = []
 
-    def start(cfg, pods=None):
-        shared = make_shared(AllocContext("n1", SECRET), node_devices(cfg, "n1"), pods)
+    def start(cfg, pods=None, handoff_key=None):
+        shared = make_shared(AllocContext("n1", SECRET, handoff_key=handoff_key), node_devices(cfg, "n1"), pods)
         manager = PluginManager(discover(cfg, "n1"), shared, plugin_dir)
         manager.start()
         managers.append(manager)
@@ -90,3 +90,36 @@ def test_fractional_allocate_reads_assignment(kubelet, start_manager):
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "no pending pod on node n1 has an fgpu.io/assignment" in err.value.details()
     assert pods.fresh_calls >= 1  # a miss re-reads the API before giving up
+
+
+class RestoredPods(StubPods):
+    """The watch cache still shows the forged edit; a fresh read sees the guard's write-back."""
+
+    def __init__(self, cached, fresh):
+        super().__init__(cached)
+        self.fresh = list(fresh)
+
+    def pending_pods(self, node, fresh=False):
+        self.fresh_calls += fresh
+        return list(self.fresh if fresh else self.pods)
+
+
+def test_with_a_key_a_forged_assignment_is_refused_over_grpc_and_the_restored_one_handed_out(kubelet, start_manager):
+    gpu = FRACTIONAL.gpu_devices("n1")[0].uuid
+    given = signed(pod("p", [("main", gpu, 2 << 30, 20)]))
+    forged_text = given.annotations["fgpu.io/assignment"].replace('"smPct":20', '"smPct":100')
+    forged = type(given)("ns", "p", given.uid, "n1", "Pending", {**given.annotations, "fgpu.io/assignment": forged_text})
+    pods = RestoredPods([forged], [forged])
+    manager = start_manager(FRACTIONAL, pods, handoff_key=HANDOFF_KEY)
+    slots = kubelet.wait_devices("nvidia.com/gpu", lambda d: len(d) == 20)
+    stub = kubelet.plugin("nvidia.com/gpu")
+    with pytest.raises(grpc.RpcError) as err:  # forged in the cache and in a fresh read: never handed out
+        _allocate(stub, [slots[0].ID])
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "ns/p container main: not handed out: fgpu.io/assignment-signature does not match" in err.value.details()
+    assert pods.marked == [] and pods.fresh_calls == 1 and manager.shared.taken == set()
+
+    pods.fresh = [given]  # the guard wrote the scheduler's value back; the cache has not caught up
+    env = dict(_allocate(stub, [slots[0].ID]).envs)
+    assert env["CUDA_DEVICE_SM_LIMIT"] == "20" and env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "2048m"
+    assert pods.marked == [("p", "main")]

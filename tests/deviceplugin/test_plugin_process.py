@@ -160,6 +160,7 @@ def test_mig_single_strategy_overloads_gpu(kubelet, run_plugin):
 @pytest.mark.parametrize("extra,field", [
     (["--device-plugin-path", "/proc/fgpu-no-such-dir"], "--device-plugin-path"),
     (["--kubeconfig", "/nonexistent/kubeconfig"], "--kubeconfig"),
+    (["--handoff-key-file", "/nonexistent/handoff.key"], "--handoff-key-file"),
 ])
 def test_bad_flags_exit_2_naming_flag(tmp_path, secret_file, extra, field, capsys):
     from deviceplugin.cli import main

@@ -1,7 +1,8 @@
 """The whole path, once: a pod asking for part of a GPU in fgpu's own annotations goes through the real
 apiserver's admission (fgpu's webhook normalises it and routes it to fgpu's scheduler), is placed and bound
-by the operator with its hand-off annotation, and the device plugin of the node it was bound to answers the
-kubelet's Allocate (the stub kubelet, acting for that node) with the share the pod asked for in the env."""
+by the operator with its signed hand-off annotation, and the device plugin of the node it was bound to
+(verifying the signature) answers the kubelet's Allocate (the stub kubelet, acting for that node) with the
+share the pod asked for in the env."""
 from __future__ import annotations
 
 import json
@@ -11,6 +12,7 @@ from operator_proc import start_operator, stop, wait_webhook_live
 from plugin_proc import running_plugin
 from polling import wait_for
 
+from devcluster import fgpu
 from devcluster.kubeplane import free_port
 from deviceplugin.api import api_pb2
 from fgpu_contracts import keys
@@ -26,7 +28,9 @@ def test_pod_to_allocate_env(k8s, namespace, tmp_path):
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
-    with running_plugin(k8s, NODE, CONFIG, SECRET, labels={"fgpu-e2e": "whole-path"}) as (core, kubelet, cfg):
+    key = ("--handoff-key-file", str(fgpu.handoff_key_file(k8s.kubeconfig)))  # the operator's: signed hand-offs
+    with running_plugin(k8s, NODE, CONFIG, SECRET, labels={"fgpu-e2e": "whole-path"}, args=key) as (
+            core, kubelet, cfg):
         wait_for(lambda: keys.INVENTORY in (core.read_node(NODE).metadata.annotations or {}), 30,
                  "the plugin to publish the inventory")
         slots = kubelet.wait_devices("nvidia.com/gpu", lambda d: len(d) == 8, timeout=20)
