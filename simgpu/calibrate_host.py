@@ -33,21 +33,9 @@ PROBE_DTYPES = ("bf16", "fp16", "tf32", "fp32")
 
 
 def _sync_timed(fn: Callable[[], object], reps: int, warm: int = 10) -> list[float]:
-    """calibrate_measure._timed's protocol, keeping every sample: events around one call after a sync."""
-    import torch
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(reps):
-        s = torch.cuda.Event(enable_timing=True)
-        e = torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        torch.cuda.synchronize()
-        out.append(s.elapsed_time(e) / 1e3)
-    return out
+    """calibrate_measure's event timing, keeping every sample."""
+    from simgpu.calibrate_measure import event_samples
+    return event_samples(fn, reps, warm)
 
 
 def graph_kernel_seconds(fn: Callable[[], object], copies: int = 50, replays: int = 10) -> float:
@@ -94,19 +82,28 @@ def issue_seconds(fn: Callable[[], object], ops: int = 200) -> float:
     return statistics.median(times)
 
 
-def tiny_gemm(dtype: str, size: int = PROBE_SIZE) -> Callable[[], object]:
+def _torch_dtype(dtype: str):
     import torch
     torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
-    dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32, "fp32": torch.float32}[dtype]
-    a = torch.randn(size, size, device="cuda", dtype=dt)
-    b = torch.randn(size, size, device="cuda", dtype=dt)
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32, "fp32": torch.float32}[dtype]
+
+
+def _matmul(a, b, dtype: str) -> Callable[[], object]:
     if dtype in ("tf32", "fp32"):
         # the flag is read when the op is dispatched: set it inside the call (the graph replays what was captured)
         def call():
+            import torch
             torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
             return a @ b
         return call
     return lambda: a @ b
+
+
+def tiny_gemm(dtype: str, size: int = PROBE_SIZE) -> Callable[[], object]:
+    import torch
+    dt = _torch_dtype(dtype)
+    return _matmul(torch.randn(size, size, device="cuda", dtype=dt), torch.randn(size, size, device="cuda", dtype=dt),
+                   dtype)
 
 
 def cpu_name() -> str:
@@ -132,17 +129,10 @@ def host_info() -> dict:
 def skinny_gemm(dtype: str) -> Callable[[], object]:
     """A DRAM-bound GEMM (192 MiB of B) whose kernel outlasts the host's dispatch on any current GPU."""
     import torch
-    torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
-    dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32, "fp32": torch.float32}[dtype]
+    dt = _torch_dtype(dtype)
     n = 12288 if dt.itemsize == 2 else 6144
-    a = torch.randn(16, 8192, device="cuda", dtype=dt)
-    b = torch.randn(8192, n, device="cuda", dtype=dt)
-    if dtype in ("tf32", "fp32"):
-        def call():
-            torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
-            return a @ b
-        return call
-    return lambda: a @ b
+    return _matmul(torch.randn(16, 8192, device="cuda", dtype=dt), torch.randn(8192, n, device="cuda", dtype=dt),
+                   dtype)
 
 
 def _probe(tiny: Callable[[], object], long: Callable[[], object], reps: int, rounds: int) -> dict:

@@ -47,7 +47,8 @@ def gemm_cases(quick: bool = False) -> list[tuple[int, int, int, str]]:
     return cases
 
 
-def _timed(fn: Callable[[], object], reps: int = 20, warm: int = 5) -> float:
+def event_samples(fn: Callable[[], object], reps: int, warm: int) -> list[float]:
+    """Seconds of each of `reps` calls, CUDA events around one call after a sync (after `warm` untimed calls)."""
     import torch
     for _ in range(warm):
         fn()
@@ -61,7 +62,11 @@ def _timed(fn: Callable[[], object], reps: int = 20, warm: int = 5) -> float:
         e.record()
         torch.cuda.synchronize()
         ts.append(s.elapsed_time(e) / 1e3)
-    ts.sort()
+    return ts
+
+
+def _timed(fn: Callable[[], object], reps: int = 20, warm: int = 5) -> float:
+    ts = sorted(event_samples(fn, reps, warm))
     return ts[len(ts) // 2]
 
 
