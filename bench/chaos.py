@@ -1,8 +1,10 @@
 """The reliability soak: fractional pods created and deleted at a steady rate on KWOK GPU nodes, under two
 `fgpu operator` replicas, while faults are injected one after another (operator SIGKILL, leader killed,
 kube-apiserver and etcd restarted, conflicting writers, a GPU unhealthy under its pods, a node deleted with
-pods on it). After every fault and every 20 s the invariant checker (`fgpu inspect check`'s,
-fgpu_operator/inspect/audit.py) reads the cluster; at the end every pod left must be bound. Prints a table:
+pods on it; and on one node of real processes, with workloads holding live contexts, its device plugin, stub
+kubelet and simgpu node daemon SIGKILLed and restarted). After every fault and every 20 s the invariant checker
+(`fgpu inspect check`'s, fgpu_operator/inspect/audit.py, with the real node's grants and contexts) reads the
+cluster; at the end every pod left must be bound. Prints a table:
 faults injected, pods created and deleted, invariant violations (must be 0), scheduling p99 during faults and
 recovery time after each kind of fault. Exit code 1 on any violation or unrecovered fault.
 
@@ -12,8 +14,8 @@ The engine is tests/e2e/faults.py, which the e2e test tests/e2e/test_faults.py r
         [--nodes 200] [--rate 1000] [--minutes 10] [--lifetime 60] [--out-json FILE]
 
 Default (the soak): 200 nodes of 4 GPUs, 1,000 pods/minute for 10 minutes, each pod living 60 s, every kind
-of fault 3 times. `--quick`: the CI profile (12 nodes, 300 pods/minute, 20 operator SIGKILLs and one of
-each other fault, about 3 minutes).
+of fault 3 times. `--quick`: the CI profile (12 nodes + the real one, 300 pods/minute, 20 operator SIGKILLs and
+one of each other fault, about 4 minutes).
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ from faults import KINDS, QUICK, SOAK, run, table  # noqa: E402
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="the CI profile (about 3 minutes)")
+    p.add_argument("--quick", action="store_true", help="the CI profile (about 4 minutes)")
     p.add_argument("--nodes", type=int, help=f"KWOK GPU nodes (soak: {SOAK.nodes})")
     p.add_argument("--rate", type=float, help=f"pods created (and deleted) per minute (soak: {SOAK.rate_per_min:g})")
     p.add_argument("--minutes", type=float, help=f"length of the soak (soak: {SOAK.minutes:g})")

@@ -12,7 +12,9 @@ registers, and does what the kubelet would with it:
   the env's paths under a mount rewritten to the host path, as the container would reach them) goes to
   DIR/pods/<namespace>.<pod>.<container>.json, and the pod is annotated `devcluster.fgpu.io/allocated`, which
   the pod-ready stage of KWOK's stages (kwok_stages()) waits for before it marks the pod Running;
-* a deleted pod's devices are free again and its files go.
+* a deleted pod's devices are free again and its files go;
+* restarted (the fault tests SIGKILL it), it allocates nothing twice: a pod already annotated ALLOCATED keeps
+  the devices its files name (the kubelet's checkpoint), and Allocate goes to the plugin's latest socket.
 
 Runs until SIGTERM or SIGINT; logs to stderr.
 """
@@ -61,7 +63,7 @@ class Node:
         self.held: dict[str, dict[str, list[str]]] = {}  # pod uid -> resource -> device IDs
         self.files: dict[str, list[Path]] = {}
         self.reported: dict[str, int] = {}  # resource -> device count last written to the node
-        self._stubs: dict[str, api_pb2_grpc.DevicePluginStub] = {}
+        self._stubs: dict[str, tuple[str, api_pb2_grpc.DevicePluginStub]] = {}  # resource -> (endpoint, stub)
 
     def resources(self) -> dict[str, list[str]]:
         """Healthy device IDs per registered resource, as ListAndWatch last said."""
@@ -77,9 +79,26 @@ class Node:
             self.reported = counts
 
     def plugin(self, resource: str) -> api_pb2_grpc.DevicePluginStub:
-        if resource not in self._stubs:
-            self._stubs[resource] = self.kubelet.plugin(resource)
-        return self._stubs[resource]
+        """The plugin's latest endpoint: a restarted plugin registers a new socket, and the old one is gone."""
+        endpoint = self.kubelet.wait_registered(resource).endpoint
+        if self._stubs.get(resource, (None,))[0] != endpoint:
+            self._stubs[resource] = (endpoint, self.kubelet.plugin(resource))
+        return self._stubs[resource][1]
+
+    def restore(self, pod: dict) -> None:
+        """A pod admitted before this process restarted (it carries ALLOCATED): take its devices back from its
+        record files, as the kubelet does from its checkpoint, instead of allocating them again."""
+        meta, held, paths = pod["metadata"], {}, []
+        for container in pod["spec"]["containers"]:
+            path = self.pods_dir / f"{meta['namespace']}.{meta['name']}.{container['name']}.json"
+            try:
+                devices = json.loads(path.read_text())["devices"]
+            except (OSError, ValueError, KeyError):
+                continue
+            for resource, ids in devices.items():
+                held.setdefault(resource, []).extend(ids)
+            paths.append(path)
+        self.held[meta["uid"]], self.files[meta["uid"]] = held, paths
 
     def free(self, resource: str) -> list[str]:
         taken = {d for held in self.held.values() for d in held.get(resource, [])}
@@ -177,6 +196,9 @@ class Kubelets:
                 node.forget(uid)
                 self.waiting.pop(uid, None)
                 self.done.discard(uid)
+            elif uid not in self.done and ALLOCATED in (pod["metadata"].get("annotations") or {}):
+                node.restore(pod)  # admitted before a restart of this process
+                self.done.add(uid)
             elif uid not in self.done and pod["status"].get("phase") == "Pending":
                 self.waiting.setdefault(uid, (pod, time.monotonic()))
 

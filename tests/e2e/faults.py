@@ -8,14 +8,24 @@
 - conflicts: another client rewriting the churn's pods (read-modify-PUT on their resourceVersion) for a while,
   so writes race and some get 409;
 - gpu-unhealthy: a GPU holding shares marked unhealthy (XID 79) in its node's inventory;
-- node-deleted: a node holding pods deleted, then its pods (what the pod garbage collector does).
+- node-deleted: a node holding pods deleted, then its pods (what the pod garbage collector does);
+- plugin-restart / kubelet-restart / daemon-restart: on the one node that runs real processes (devcluster.realnode:
+  a simgpu node daemon, fgpu-device-plugin and the stub kubelet), one of them SIGKILLed and started again while
+  workloads hold live contexts opened with the tokens Allocate issued (devcluster.contexts). The plugin must
+  register again and Allocate new pods, the kubelet's restart must bring the plugin back, open contexts must not
+  notice either; a killed daemon must fail its contexts' next call with an error naming it, and the workloads
+  reopen theirs with the same tokens. After each, every workload's quota is checked: what it holds counted once,
+  the rest still there, not a byte more.
 
 After every fault, and every `check_every_s`, the invariant checker (fgpu_operator.inspect.audit, the one
-`fgpu inspect check` runs) reads the cluster; nothing may be placed on a GPU after it went unhealthy or on a
+`fgpu inspect check` runs) reads the cluster, with what the real node handed out (its Allocate records' tokens,
+its daemon's open contexts); nothing may be placed on a GPU after it went unhealthy or on a
 node after it was deleted. When the churn stops every pod left must be bound (capacity is ample: a pending
 pod would be a share lost). Recovery of a fault: from the moment it is done (the operator killed; the apiserver
 or etcd answering again; the GPU marked, the node deleted) until a pod created after that is bound: for a
-killed operator that includes its restart (or the standby's takeover).
+killed operator that includes its restart (or the standby's takeover). For a process of the real node: from its
+SIGKILL until a pod created after it, bound there, is Allocate'd and opens a context with its token (after a
+daemon restart, also until every workload has its context back).
 """
 from __future__ import annotations
 
@@ -31,15 +41,21 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fgpu_operator.inspect.audit import check
+from fgpu_operator.inspect.audit import check, handed_from_daemon_metrics, handed_from_env
 from inventories import fractional_inventory
 from operator_proc import share_pod, start_operator, stop
 
+from devcluster.contexts import WorkloadProc
+from devcluster.realnode import RealNode
 from fgpu_contracts import keys
 
+NODE_KINDS = ("plugin-restart", "kubelet-restart", "daemon-restart")  # on the real node's processes
 KINDS = ("operator-sigkill", "leader-kill", "apiserver-restart", "etcd-restart", "conflicts", "gpu-unhealthy",
-         "node-deleted")
+         "node-deleted", *NODE_KINDS)
 SHAPES = (250, 500)  # milli-GPU, in turn
+REAL = "chaos-real"  # the node on real processes
+GIB = 1 << 30
+WORKLOADS, QUOTA_GIB, HOLD_GIB = 2, 8, 3  # live contexts on the real node: each pod's quota, what it holds
 
 
 @dataclass(frozen=True)
@@ -208,7 +224,8 @@ class Churn:
 
 
 class Rig:
-    """KWOK GPU nodes, two operator replicas, the churn; `inject(kind)` one fault."""
+    """KWOK GPU nodes, one node on real processes with workloads holding contexts, two operator replicas, the
+    churn; `inject(kind)` one fault."""
 
     def __init__(self, k8s, namespace: str, workdir: Path, profile: Profile, log: Callable[[str], None] = print,
                  seed: int = 14):
@@ -220,15 +237,27 @@ class Rig:
         self.unhealthy: list[tuple[str, str, float]] = []  # (node, GPU uuid, since)
         self.deleted_nodes: list[tuple[str, float]] = []
         self.churn: Churn | None = None
+        self.real: RealNode | None = None
+        self.workloads: list[WorkloadProc] = []
+        self.probes = 0
 
     # --- set-up ----------------------------------------------------------------------------------------
     def setup(self) -> None:
         p = self.profile
         self.k8s.make_kwok_nodes(self.nodes, {"nvidia.com/gpu": 10 * p.gpus}, annotations=lambda name: {
             keys.INVENTORY: fractional_inventory(name, p.gpus)})
+        if set(p.faults) & set(NODE_KINDS):
+            from kubernetes import client
+
+            self.real = RealNode(self.k8s.kubeconfig, REAL, self.workdir)
+            with self.k8s.api() as api:
+                self.real.create(client.CoreV1Api(api))
+            self.real.start()
         for identity in ("replica-a", "replica-b"):
             self.start_operator(identity)
         self.wait(lambda: self.leader() in self.operators, 30, "a replica to lead")
+        for i in range(WORKLOADS if self.real else 0):
+            self.workloads.append(self._workload(f"live-{i}", HOLD_GIB))
 
     def start_operator(self, identity: str) -> None:
         self.starts += 1
@@ -330,7 +359,7 @@ class Rig:
         counts: dict[str, int] = {}
         for pod in self._pods():
             node = (pod.get("spec") or {}).get("nodeName")
-            if node and node not in gone:
+            if node in self.nodes and node not in gone:  # KWOK nodes only: the real node's faults are its own
                 counts[node] = counts.get(node, 0) + 1
         return max(counts, key=counts.get) if counts else self.rng.choice([n for n in self.nodes if n not in gone])
 
@@ -368,6 +397,97 @@ class Rig:
                         raise
         return f"{node} deleted with {len(on_it)} pods"
 
+    # --- the real node's processes -------------------------------------------------------------------------
+    def _workload(self, name: str, hold_gib: int, timeout: float = 60.0, created: bool = False) -> WorkloadProc:
+        """A pod pinned to the real node (`created`: already), Allocate'd there by the stub kubelet; a workload
+        holding a context opened with the token Allocate issued it."""
+        if not created:
+            self._pin(name)
+        key = f"{self.namespace}.{name}.main"
+        self.wait(lambda: self.real.records().get(key), timeout, f"{name} Allocate'd on {REAL}")
+        work = WorkloadProc(name, self.real.plugin_dir / "pods" / f"{key}.json", hold_gib * GIB,
+                            self.workdir / f"workload-{name}.log")
+        work.wait_open(timeout)
+        return work
+
+    def _pin(self, name: str) -> None:
+        from kubernetes import client
+
+        pod = share_pod(name, 250, mem_gib=QUOTA_GIB)
+        pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": REAL}
+        with self.k8s.api() as api:
+            client.CoreV1Api(api).create_namespaced_pod(self.namespace, pod, _request_timeout=10)
+
+    def _restart(self, which: str) -> str:
+        self.real.kill(which)
+        self._done = time.monotonic()  # the restart is part of the recovery
+        self.real.start_one(which)
+        return f"{which} SIGKILLed under {len(self.workloads)} open contexts, up again in " \
+               f"{time.monotonic() - self._done:.1f} s"
+
+    def _plugin_restart(self) -> str:
+        return self._restart("plugin")
+
+    def _kubelet_restart(self) -> str:
+        return self._restart("kubelet")
+
+    def _daemon_restart(self) -> str:
+        return self._restart("daemon")
+
+    def node_recovered(self, fault: FaultResult, timeout: float = 120.0) -> float:
+        """When the real node served again: after a daemon restart, when the last workload had its context back;
+        else when the stub kubelet got the first Allocate answered after the fault. Either way a pod created
+        after the fault must then be Allocate'd there and open a context with its token (not timed: its
+        scheduling waits behind the churn's backlog)."""
+        self.probes += 1
+        name = f"probe-{self.probes}"
+        self._pin(name)
+        if fault.kind == "daemon-restart":
+            when = self.wait(lambda: all(w.opened_at > fault.done for w in self.workloads) and max(
+                w.opened_at for w in self.workloads), timeout, "every workload's context back")
+        else:
+            offset = time.time() - time.monotonic()
+            when = self.wait(lambda: self.real.allocated_since(fault.done + offset), timeout,
+                             "an Allocate answered") - offset
+        self._workload(name, 1, timeout, created=True).stop()
+        # its pod goes once the daemon no longer shows its context (a context must not outlive its pod)
+        self.wait(lambda: f'pod="{name}"' not in self._scrape(), 10, f"{name}'s context gone from the daemon")
+        self._delete_pod(name)
+        return when
+
+    def node_violations(self, fault: FaultResult) -> list[str]:
+        """What a node fault may not do to the workloads' contexts, and their quotas after it."""
+        out = []
+        for w in self.workloads:
+            errors = [(e, clear) for t, e, clear in w.errors if t >= fault.started]
+            if fault.kind != "daemon-restart":
+                out += [f"workload {w.name}: its context failed under a {fault.kind}: {e}" for e, _ in errors]
+            elif not errors:
+                out.append(f"workload {w.name}: its context kept working through a daemon SIGKILL")
+            else:
+                out += [f"workload {w.name}: unclear error after a daemon SIGKILL: {e}" for e, clear in errors
+                        if not clear]
+            out += w.audit_quota()
+        return out
+
+    def _scrape(self) -> str:
+        try:
+            return self.real.scrape()
+        except OSError:  # the daemon restarting
+            return ""
+
+    def _handed(self) -> list:
+        out = []
+        for record in self.real.records().values():
+            out += handed_from_env(REAL, record["env"], self.real.secret)
+        return out + handed_from_daemon_metrics(REAL, self._scrape())
+
+    def _delete_pod(self, name: str) -> None:
+        from kubernetes import client
+
+        with self.k8s.api() as api:
+            client.CoreV1Api(api).delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
+
     # --- reading the cluster ---------------------------------------------------------------------------
     def _pods(self) -> list[dict]:
         from kubernetes import client
@@ -383,8 +503,12 @@ class Rig:
         with self.k8s.api() as api:
             nodes = json.loads(client.CoreV1Api(api).list_node(_preload_content=False,
                                                                _request_timeout=30).data)["items"]
+        # what the real node handed out, read before and after the pods: a grant made or dropped while the pods
+        # are read is in one of the two
+        before = self._handed() if self.real else []
         pods = self._pods()
-        out = list(check(nodes, pods).violations)
+        grants = {REAL: before + self._handed()} if self.real else None
+        out = list(check(nodes, pods, grants=grants).violations)
         churn = self.churn
         if churn is not None:
             with churn._lock:
@@ -403,6 +527,10 @@ class Rig:
     def stop(self) -> None:
         if self.churn is not None:
             self.churn.stop()
+        for work in self.workloads:
+            work.stop()
+        if self.real is not None:
+            self.real.stop()
         for proc in self.operators.values():
             stop(proc)
 
@@ -436,12 +564,15 @@ def run(k8s, namespace: str, workdir: Path, profile: Profile, log: Callable[[str
                     time.sleep(0.5)
             result = rig.inject(kind)
             try:
-                recovered = rig.wait(lambda r=result: churn.first_bound_after(r.done), 120, "recovery")
+                if kind in NODE_KINDS:
+                    recovered = rig.node_recovered(result)
+                else:
+                    recovered = rig.wait(lambda r=result: churn.first_bound_after(r.done), 120, "recovery")
                 result.recovery_s = recovered - result.done
             except TimeoutError:
                 result.recovery_s = None
             report.faults.append(result)
-            found = rig.check()
+            found = rig.check() + (rig.node_violations(result) if kind in NODE_KINDS else [])
             report.checks += 1
             report.violations += found
             last_check = time.monotonic()
