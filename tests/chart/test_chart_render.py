@@ -107,7 +107,7 @@ def test_webhooks_never_see_kube_system_or_the_release_namespace_and_trust_the_c
 
 def test_cert_manager_mode_issues_and_injects_instead(default):
     objects = render("-f", str(DEPLOY / "values" / "cert-manager.yaml"))
-    assert not find(objects, "Secret")
+    assert [s["metadata"]["name"] for s in find(objects, "Secret")] == ["fgpu-handoff-key"]  # no webhook cert
     cert = one(objects, "Certificate")
     assert cert["spec"]["secretName"] == "fgpu-webhook" and cert["spec"]["issuerRef"]["kind"] == "Issuer"
     assert one(objects, "Issuer")["spec"] == {"selfSigned": {}}
@@ -245,3 +245,24 @@ def test_service_monitors_keep_the_labels_the_dashboards_read():
     assert "honorLabels" not in endpoints["plugin-metrics"]
     assert endpoints["plugin-metrics"]["relabelings"] == [
         {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}]
+
+
+def test_the_handoff_key_is_one_secret_mounted_read_only_into_the_operator_and_every_plugin(default, tmp_path):
+    from fgpu_contracts.signature import load_key
+
+    secret = one(default, "Secret", "fgpu-handoff-key")
+    key = base64.b64decode(secret["data"]["key"])
+    (tmp_path / "key").write_bytes(key)  # what the pods read: long enough for --handoff-key-file
+    assert load_key(str(tmp_path / "key")) == key and len(key) == 64
+    assert one(render(), "Secret", "fgpu-handoff-key")["data"]["key"] != secret["data"]["key"]  # random
+    pods = [(o["metadata"]["name"], o["spec"]["template"]["spec"]) for o in default
+            if o["kind"] in ("Deployment", "DaemonSet")]
+    users = [n for n, pod in pods for c in pod["containers"] if "--handoff-key-file=/etc/fgpu-handoff/key" in c["args"]]
+    assert "fgpu-operator" in users and any(n.startswith("fgpu-node-") for n in users)
+    for name, pod in pods:
+        if name not in users:
+            continue
+        (volume,) = [v for v in pod["volumes"] if v["name"] == "handoff-key"]
+        assert volume["secret"] == {"secretName": "fgpu-handoff-key", "items": [{"key": "key", "path": "key"}]}
+        mounts = [m for c in pod["containers"] for m in c.get("volumeMounts", []) if m["name"] == "handoff-key"]
+        assert mounts and all(m["readOnly"] and m["mountPath"] == "/etc/fgpu-handoff" for m in mounts)

@@ -27,6 +27,7 @@ from polling import wait_for
 
 from devcluster.kubeplane import free_port
 from fgpu_contracts import keys
+from fgpu_contracts.signature import load_key, problem
 
 QUICKSTART = ROOT / "deploy" / "values" / "quickstart.yaml"
 EXAMPLES = ROOT / "deploy" / "examples" / "pods"
@@ -166,8 +167,9 @@ def review(port: int, service: str, ca_pem: bytes, path: str, pod: dict) -> dict
     return json.loads(conn.getresponse().read())["response"]
 
 
-def operator_args(container: dict, cert_dir: Path, ports: dict[str, int]) -> list[str]:
-    """The chart's operator flags, with this machine's ports and the certificate in `cert_dir`."""
+def operator_args(container: dict, cert_dir: Path, ports: dict[str, int], key_file: Path) -> list[str]:
+    """The chart's operator flags, with this machine's ports, the certificate in `cert_dir` and the hand-off
+    key (the chart's Secret, as its volume shows it) in `key_file`."""
     out = []
     for arg in container["args"]:
         flag = arg.split("=", 1)[0]
@@ -177,6 +179,8 @@ def operator_args(container: dict, cert_dir: Path, ports: dict[str, int]) -> lis
             arg = f"{flag}={ports[flag]}"
         elif flag == "--webhook-cert-dir":
             arg = f"--webhook-cert-dir={cert_dir}"
+        elif flag == "--handoff-key-file":
+            arg = f"--handoff-key-file={key_file}"
         out.append(arg.replace("$(POD_NAME)", "operator-under-test"))
     return out
 
@@ -221,18 +225,22 @@ def test_rendered_manifests_apply_and_the_service_accounts_can_do_exactly_their_
             volume = next(v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "webhook-cert")
             for item in volume["secret"]["items"]:
                 (cert_dir / item["path"]).write_bytes(base64.b64decode(secret[item["key"]]))
+            key_file = tmp_path / "handoff-key"
+            key_file.write_bytes(base64.b64decode(core.read_namespaced_secret(f"{release}-handoff-key", ns).data["key"]))
             ports = {"health": free_port(), "--metrics-port": free_port(), "--webhook-port": free_port()}
             container = deployment["spec"]["template"]["spec"]["containers"][0]
             kubeconfig = sa_kubeconfig(k8s, api, ns, f"{release}-operator", tmp_path / "operator.kubeconfig")
             gpu_node(make_kwok_node, k8s, f"{ns}-gpu", model="A100-SXM4-80GB", count=1)
             proc = start_operator(k8s, tmp_path, "--kubeconfig", str(kubeconfig),
-                                  *operator_args(container, cert_dir, ports), leader_elect=True, policy="fgpu")
+                                  *operator_args(container, cert_dir, ports, key_file), leader_elect=True, policy="fgpu")
             lease = wait_for(lambda: _lease_holder(api, ns), 30, "the operator to take the Lease")
             assert lease == "operator-under-test"
             core.create_namespaced_pod(ns, share_pod("share", 500))  # the release namespace: no webhook call
             wait_for(lambda: core.read_namespaced_pod("share", ns).spec.node_name, 30, "the pod bound")
-            annotations = core.read_namespaced_pod("share", ns).metadata.annotations
-            assert keys.ASSIGNMENT in annotations
+            shared = core.read_namespaced_pod("share", ns)
+            annotations = shared.metadata.annotations
+            assert keys.ASSIGNMENT in annotations  # signed with the chart's key
+            assert problem(load_key(str(key_file)), shared.metadata.uid, shared.spec.node_name, annotations) is None
 
             ca = base64.b64decode(client.AdmissionregistrationV1Api(api).read_mutating_webhook_configuration(
                 f"{release}-webhook").webhooks[0].client_config.ca_bundle)
@@ -286,10 +294,13 @@ def test_helm_install_upgrade_and_uninstall_leave_no_webhook_behind(k8s):
             bundle = hooks()[0].webhooks[0].client_config.ca_bundle
             assert base64.b64decode(bundle) == base64.b64decode(secret["ca.crt"])
             assert "failed calling webhook" in (pod_refused(core, other) or "")
+            handoff_key = core.read_namespaced_secret(f"{release}-handoff-key", ns).data
 
             helm("upgrade", release, str(ROOT / "charts" / "fgpu"), *args, "--set", "operator.qps=200",
                  kubeconfig=k8s.kubeconfig)
             assert core.read_namespaced_secret(f"{release}-webhook", ns).data == secret  # kept, not remade
+            # the hand-off key too: a new one would make every plugin refuse the assignments signed before
+            assert core.read_namespaced_secret(f"{release}-handoff-key", ns).data == handoff_key
             assert {h.webhooks[0].client_config.ca_bundle for h in hooks()} == {bundle}
             args_now = client.AppsV1Api(api).read_namespaced_deployment(f"{release}-operator", ns).spec.template.spec
             assert "--qps=200" in args_now.containers[0].args

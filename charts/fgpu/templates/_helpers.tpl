@@ -37,6 +37,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "fgpu.operator.name" -}}{{ include "fgpu.fullname" . }}-operator{{- end -}}
 {{- define "fgpu.node.name" -}}{{ include "fgpu.fullname" . }}-node{{- end -}}
 {{- define "fgpu.webhook.name" -}}{{ include "fgpu.fullname" . }}-webhook{{- end -}}
+{{- define "fgpu.handoffKey.name" -}}{{ include "fgpu.fullname" . }}-handoff-key{{- end -}}
+{{/* Where the operator and the device plugin find the hand-off key (handoffkey.yaml), and its volume. */}}
+{{- define "fgpu.handoffKey.dir" -}}/etc/fgpu-handoff{{- end -}}
+{{- define "fgpu.handoffKey.volume" -}}
+- name: handoff-key
+  secret:
+    secretName: {{ include "fgpu.handoffKey.name" . }}
+    items:
+      - {key: key, path: key}
+{{- end -}}
 
 {{/* The user name the apiserver gives a ServiceAccount: the webhook trusts these two with hand-off edits. */}}
 {{- define "fgpu.serviceAccountUser" -}}
