@@ -24,8 +24,9 @@ node after it was deleted. When the churn stops every pod left must be bound (ca
 pod would be a share lost). Recovery of a fault: from the moment it is done (the operator killed; the apiserver
 or etcd answering again; the GPU marked, the node deleted) until a pod created after that is bound: for a
 killed operator that includes its restart (or the standby's takeover). For a process of the real node: from its
-SIGKILL until a pod created after it, bound there, is Allocate'd and opens a context with its token (after a
-daemon restart, also until every workload has its context back).
+SIGKILL until the stub kubelet gets an Allocate answered (plugin, kubelet) or every workload has its context back
+(daemon); a pod created after each must be Allocate'd there and open a context with its token (checked at the
+next node fault or the end, not timed: its scheduling waits behind the churn's backlog).
 """
 from __future__ import annotations
 
@@ -239,7 +240,9 @@ class Rig:
         self.churn: Churn | None = None
         self.real: RealNode | None = None
         self.workloads: list[WorkloadProc] = []
-        self.probes = 0
+        self.probes: list[str] = []  # pods created after a node fault, checked by settle_probes()
+        self.probe_violations: list[str] = []
+        self.probe_count = 0
 
     # --- set-up ----------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -407,7 +410,11 @@ class Rig:
         self.wait(lambda: self.real.records().get(key), timeout, f"{name} Allocate'd on {REAL}")
         work = WorkloadProc(name, self.real.plugin_dir / "pods" / f"{key}.json", hold_gib * GIB,
                             self.workdir / f"workload-{name}.log")
-        work.wait_open(timeout)
+        try:
+            work.wait_open(timeout)
+        except TimeoutError:
+            work.stop()
+            raise
         return work
 
     def _pin(self, name: str) -> None:
@@ -419,6 +426,7 @@ class Rig:
             client.CoreV1Api(api).create_namespaced_pod(self.namespace, pod, _request_timeout=10)
 
     def _restart(self, which: str) -> str:
+        self.probe_violations += self.settle_probes()  # the previous node fault's, long Allocate'd by now
         self.real.kill(which)
         self._done = time.monotonic()  # the restart is part of the recovery
         self.real.start_one(which)
@@ -436,12 +444,13 @@ class Rig:
 
     def node_recovered(self, fault: FaultResult, timeout: float = 120.0) -> float:
         """When the real node served again: after a daemon restart, when the last workload had its context back;
-        else when the stub kubelet got the first Allocate answered after the fault. Either way a pod created
-        after the fault must then be Allocate'd there and open a context with its token (not timed: its
-        scheduling waits behind the churn's backlog)."""
-        self.probes += 1
-        name = f"probe-{self.probes}"
+        else when the stub kubelet got the first Allocate answered after the fault. A pod is created now, to be
+        Allocate'd there and open a context with its token (settle_probes(), at the next node fault or the end:
+        its scheduling waits behind the churn's backlog)."""
+        self.probe_count += 1
+        name = f"probe-{self.probe_count}"
         self._pin(name)
+        self.probes.append(name)
         if fault.kind == "daemon-restart":
             when = self.wait(lambda: all(w.opened_at > fault.done for w in self.workloads) and max(
                 w.opened_at for w in self.workloads), timeout, "every workload's context back")
@@ -449,15 +458,28 @@ class Rig:
             offset = time.time() - time.monotonic()
             when = self.wait(lambda: self.real.allocated_since(fault.done + offset), timeout,
                              "an Allocate answered") - offset
-        self._workload(name, 1, timeout, created=True).stop()
-        # its pod goes once the daemon no longer shows its context (a context must not outlive its pod)
-        self.wait(lambda: f'pod="{name}"' not in self._scrape(), 10, f"{name}'s context gone from the daemon")
-        self._delete_pod(name)
         return when
+
+    def settle_probes(self, timeout: float = 120.0) -> list[str]:
+        """Every pod created after a node fault was Allocate'd on the real node and opened a context with the
+        token it was issued; then its context closes and the pod goes."""
+        out, opened = [], []
+        for name in self.probes:
+            try:
+                opened.append(self._workload(name, 1, timeout, created=True))
+            except TimeoutError as e:
+                out.append(f"pod {self.namespace}/{name}, created after a node fault: {e}")
+        for work in opened:
+            work.stop()
+        for name in self.probes:  # a pod goes once the daemon shows no context of it (none outlives its pod)
+            self.wait(lambda n=name: f'pod="{n}"' not in self._scrape(), 10, f"{name}'s context gone")
+            self._delete_pod(name)
+        self.probes.clear()
+        return out
 
     def node_violations(self, fault: FaultResult) -> list[str]:
         """What a node fault may not do to the workloads' contexts, and their quotas after it."""
-        out = []
+        out, self.probe_violations = self.probe_violations, []
         for w in self.workloads:
             errors = [(e, clear) for t, e, clear in w.errors if t >= fault.started]
             if fault.kind != "daemon-restart":
@@ -583,6 +605,8 @@ def run(k8s, namespace: str, workdir: Path, profile: Profile, log: Callable[[str
         if profile.minutes:
             while time.monotonic() < began + profile.minutes * 60:
                 time.sleep(0.5)
+        if rig.real is not None:
+            report.violations += rig.settle_probes()
         churn.stop_creating()
         pending = []
 
