@@ -183,8 +183,8 @@ DENIED = {  # name: (pod, HTTP status, the webhook's line)
     "user-set hand-off annotation": (
         dict(annotations={keys.ASSIGNMENT: '{"version":"v1"}', keys.FGPU_FRACTION: "0.5"}), 403,
         "metadata.annotations[fgpu.io/assignment]: is written by fgpu's scheduler and device plugin only; remove "
-        "it (a manifest copied from a running pod carries it) (allowed: no fgpu.io/assignment, assigned-at or "
-        "allocated on a new pod)"),
+        "it (a manifest copied from a running pod carries it) (allowed: no fgpu.io/assignment, assigned-at, "
+        "allocated or assignment-signature on a new pod)"),
     "KAI fraction with whole GPUs": (
         dict(annotations={keys.KAI_FRACTION: "0.5"}, scheduler="kai-scheduler",
              containers=[_main(), _main({keys.GPU_RESOURCE: "1"}, name="side")]), 400,
