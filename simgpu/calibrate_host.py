@@ -32,10 +32,22 @@ PROBE_SIZE = 64  # a GEMM whose kernel is a few microseconds: the event time is 
 PROBE_DTYPES = ("bf16", "fp16", "tf32", "fp32")
 
 
-def _sync_timed(fn: Callable[[], object], reps: int, warm: int = 10) -> list[float]:
-    """calibrate_measure's event timing, keeping every sample."""
-    from simgpu.calibrate_measure import event_samples
-    return event_samples(fn, reps, warm)
+def event_samples(fn: Callable[[], object], reps: int, warm: int) -> list[float]:
+    """Seconds of each of `reps` calls, CUDA events around one call after a sync (after `warm` untimed calls)."""
+    import torch
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        s = torch.cuda.Event(enable_timing=True)
+        e = torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        torch.cuda.synchronize()
+        ts.append(s.elapsed_time(e) / 1e3)
+    return ts
 
 
 def graph_kernel_seconds(fn: Callable[[], object], copies: int = 50, replays: int = 10) -> float:
@@ -140,8 +152,8 @@ def _probe(tiny: Callable[[], object], long: Callable[[], object], reps: int, ro
     tiny_kernel, long_kernel = graph_kernel_seconds(tiny), graph_kernel_seconds(long, copies=10)
     tiny_events, long_events = [], []
     for _ in range(rounds):
-        tiny_events.append(statistics.median(_sync_timed(tiny, reps)))
-        long_events.append(statistics.median(_sync_timed(long, max(reps // 4, 10), warm=3)))
+        tiny_events.append(statistics.median(event_samples(tiny, reps, warm=10)))
+        long_events.append(statistics.median(event_samples(long, max(reps // 4, 10), warm=3)))
     tiny_event, long_event = statistics.median(tiny_events), statistics.median(long_events)
     return {"floor_s": max(tiny_event - tiny_kernel, 0.0), "latency_s": max(long_event - long_kernel, 0.0),
             "tiny_event_s": tiny_event, "tiny_kernel_s": tiny_kernel, "long_event_s": long_event,

@@ -47,25 +47,8 @@ def gemm_cases(quick: bool = False) -> list[tuple[int, int, int, str]]:
     return cases
 
 
-def event_samples(fn: Callable[[], object], reps: int, warm: int) -> list[float]:
-    """Seconds of each of `reps` calls, CUDA events around one call after a sync (after `warm` untimed calls)."""
-    import torch
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        s = torch.cuda.Event(enable_timing=True)
-        e = torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        torch.cuda.synchronize()
-        ts.append(s.elapsed_time(e) / 1e3)
-    return ts
-
-
 def _timed(fn: Callable[[], object], reps: int = 20, warm: int = 5) -> float:
+    from simgpu.calibrate_host import event_samples
     ts = sorted(event_samples(fn, reps, warm))
     return ts[len(ts) // 2]
 

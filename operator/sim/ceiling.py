@@ -36,11 +36,11 @@ from fgpu_operator.placement.errors import PlacementInputError
 from fgpu_operator.placement.model import MILLI, Cluster, NodeSpec, Request
 from scipy.optimize import Bounds, LinearConstraint, milp
 
+from .fillings import maximal_fillings
 from .replay import tune_workload
 from .trace import Trace
 
 #: Enumerating fillings is exponential in the number of distinct small fractions; openb needs ~1,400.
-MAX_FILLINGS = 200_000
 TIME_LIMIT_S = 60.0
 
 
@@ -58,29 +58,6 @@ def arrivals_until(nodes: Sequence[NodeSpec], trace: Trace, seed: int, tune: flo
         arrived += request.total_gpu_milli
         out.append(request)
     return out, total_gpus
-
-
-def maximal_fillings(sizes: Sequence[int], limits: Sequence[int], room: int = MILLI) -> list[tuple[int, ...]]:
-    """Every count vector k (k[i] <= limits[i]) with sum(k * sizes) <= room to which no size with spare
-    count can be added. Sizes in milli-GPU, positive."""
-    fillings: list[tuple[int, ...]] = []
-    counts = [0] * len(sizes)
-
-    def extend(i: int, left: int) -> None:
-        if i == len(sizes):
-            if all(sizes[j] > left or counts[j] >= limits[j] for j in range(len(sizes))):
-                fillings.append(tuple(counts))
-                if len(fillings) > MAX_FILLINGS:
-                    raise PlacementInputError(f"more than {MAX_FILLINGS} ways to fill one GPU", field="pods",
-                                              allowed=[f"at most {MAX_FILLINGS} maximal GPU fillings"])
-            return
-        for k in range(min(left // sizes[i], limits[i]), -1, -1):
-            counts[i] = k
-            extend(i + 1, left - k * sizes[i])
-        counts[i] = 0
-
-    extend(0, room)
-    return fillings
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from fgpu_operator.placement.model import MILLI, NodeSpec, Request
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
-from .ceiling import maximal_fillings
+from .fillings import maximal_fillings
 
 #: Window boundaries, in % of the cluster's GPU capacity arrived (0 and the 100% cut are added).
 BOUNDARIES_PCT = (50, 70, 80, 85, 88, 90, 91, 92, 93, 94, 95, 95.5, 96, 96.5, 97, 97.5, 98, 98.5, 99, 99.25,

@@ -8,7 +8,8 @@ from fgpu_operator.placement.fragmentation import TargetWorkload
 from fgpu_operator.placement.framework import Framework, Unschedulable
 from fgpu_operator.placement.model import MILLI, Cluster, NodeSpec, Request
 from fgpu_operator.placement.policies import POLICY_NAMES, make_policy
-from fgpu_operator.sim.ceiling import arrivals_until, ceiling, maximal_fillings
+from fgpu_operator.sim.ceiling import arrivals_until, ceiling
+from fgpu_operator.sim.fillings import maximal_fillings
 from fgpu_operator.sim.replay import replay
 from fgpu_operator.sim.trace import load_nodes, load_pods
 from hypothesis import given, settings
