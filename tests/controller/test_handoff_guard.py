@@ -9,6 +9,7 @@ from fgpu_operator.controller.scheduler import Scheduler
 from fgpu_operator.kube.outcome import Outcome, Result
 from fgpu_operator.placement.live import LiveCluster
 from inventories import fractional_inventory
+from scheduler_fakes import FakeApi, FakeEvents
 
 from fgpu_contracts import keys
 from fgpu_contracts.assignment import Assignment, ContainerAssignment, DeviceShare, dump_assignment
@@ -74,27 +75,6 @@ def test_guard_knows_only_recorded_pods():
 
 
 # --- the scheduler writing it back ---------------------------------------------------------------------------
-class FakeApi:
-    def __init__(self):
-        self.calls = []
-
-    async def request(self, method, path, **kw):
-        self.calls.append((method, path, kw.get("body")))
-        return Outcome(Result.OK, 201)
-
-
-class FakeEvents:
-    def __init__(self):
-        self.emitted = []
-
-    def post(self, namespace, name, uid, reason, message, type="Warning"):
-        self.emitted.append((name, reason, type, message))
-        return True
-
-    def forget(self, uid):
-        pass
-
-
 def share_pod(name: str) -> dict:
     req = GpuRequest(containers=[ContainerRequest(container="main", milli_gpu=300)])
     return {"metadata": {"name": name, "namespace": "ns", "uid": name, "annotations": {keys.REQUEST: dump_request(req)}},

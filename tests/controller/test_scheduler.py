@@ -5,9 +5,9 @@ import copy
 import json
 
 from fgpu_operator.controller.scheduler import Scheduler
-from fgpu_operator.kube.outcome import Outcome, Result
 from fgpu_operator.placement.live import LiveCluster
 from inventories import fractional_inventory
+from scheduler_fakes import FakeApi, FakeEvents
 
 from fgpu_contracts import keys
 from fgpu_contracts.request import ContainerRequest, GpuRequest, dump_request
@@ -21,30 +21,6 @@ def pod(name: str, milli: int, mem_gib: int = 0) -> dict:
             "spec": {"schedulerName": keys.SCHEDULER_NAME, "containers": [{"name": "main"}]}}
 
 
-class FakeApi:
-    def __init__(self):
-        self.calls = []
-
-    async def request(self, method, path, **kw):
-        self.calls.append((method, path, kw.get("body")))
-        return Outcome(Result.OK, 201)
-
-
-class FakeEvents:
-    def __init__(self):
-        self.emitted = []
-
-    async def emit(self, namespace, name, uid, reason, message, type="Warning"):
-        self.emitted.append((name, reason, message))
-
-    def post(self, namespace, name, uid, reason, message, type="Warning"):
-        self.emitted.append((name, reason, message))
-        return True
-
-    def forget(self, uid):
-        pass
-
-
 def test_explained_reexplained_on_inventory_then_bound_after_release():
     async def scenario():
         api, events = FakeApi(), FakeEvents()
@@ -56,20 +32,20 @@ def test_explained_reexplained_on_inventory_then_bound_after_release():
         s.on_pod("ADDED", pod("big", 300, 100))
         s.on_pod("ADDED", pod("a", 900))
         await asyncio.sleep(0.05)
-        assert ("big", "FailedScheduling", "0/1 nodes are available: 1 node(s) had no GPU.") in events.emitted
+        assert ("big", "FailedScheduling", "0/1 nodes are available: 1 node(s) had no GPU.") in events.messages
         with_gpu = copy.deepcopy(node)
         with_gpu["metadata"]["annotations"][keys.INVENTORY] = fractional_inventory("n", 1, uuid=lambda i: f"GPU-{i}")
         s.on_node("MODIFIED", with_gpu)
         await asyncio.sleep(0.05)
         await s.drain()
-        assert ("big", "FailedScheduling", "0/1 nodes are available: 1 Insufficient GPU memory.") in events.emitted
+        assert ("big", "FailedScheduling", "0/1 nodes are available: 1 Insufficient GPU memory.") in events.messages
         binds = [c for c in api.calls if c[1].endswith("/binding")]
         assert [b[1] for b in binds] == ["/api/v1/namespaces/ns/pods/a/binding"]
         (device,) = json.loads(binds[0][2]["metadata"]["annotations"][keys.ASSIGNMENT])["containers"][0]["devices"]
         assert (device["uuid"], device["milliGpu"]) == ("GPU-0", 900)
         s.on_pod("ADDED", pod("b", 300))
         await asyncio.sleep(0.05)
-        assert ("b", "FailedScheduling", "0/1 nodes are available: 1 Insufficient GPU.") in events.emitted
+        assert ("b", "FailedScheduling", "0/1 nodes are available: 1 Insufficient GPU.") in events.messages
         s.on_pod("DELETED", pod("a", 900))  # frees 0.9: b fits now, big still does not
         await asyncio.sleep(0.05)
         await s.drain()
