@@ -31,8 +31,9 @@ PROCS = ("daemon", "plugin", "kubelet")
 
 class RealNode:
     def __init__(self, kubeconfig: Path, name: str, logs: Path, gpus: int = 2, model: str = "A100-80GB",
-                 split: int = 10):
+                 split: int = 10, handoff_key_file: Path | None = None):
         self.kubeconfig, self.name, self.logs = Path(kubeconfig), name, Path(logs)
+        self.plugin_args = ["--handoff-key-file", str(handoff_key_file)] if handoff_key_file else []
         self.dir = Path(tempfile.mkdtemp(prefix="fgpu-rn-", dir="/tmp"))  # short: unix socket paths <= 107 bytes
         self.plugin_dir, self.socket = self.dir / "dp", self.dir / "run" / "daemon.sock"
         self.plugin_dir.mkdir()
@@ -82,7 +83,8 @@ class RealNode:
             proc = fgpu.start_daemon(self.config, self.socket, self.name, log, "--metrics-port",
                                      str(self.metrics_port), "--metrics-interval", "0.5", wait=False)
         elif which == "plugin":
-            proc = fgpu.start_plugin(self.config, self.name, self.plugin_dir, self.kubeconfig, self.socket, log)
+            proc = fgpu.start_plugin(self.config, self.name, self.plugin_dir, self.kubeconfig, self.socket, log,
+                                     *self.plugin_args)
         else:
             proc = fgpu.spawn([sys.executable, "-m", "devcluster.kubelets", "--kubeconfig", str(self.kubeconfig),
                                f"--node={self.name}={self.plugin_dir}"], log)

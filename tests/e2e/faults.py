@@ -30,9 +30,11 @@ next node fault or the end, not timed: its scheduling waits behind the churn's b
 """
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import random
+import secrets
 import signal
 import statistics
 import threading
@@ -247,12 +249,14 @@ class Rig:
     # --- set-up ----------------------------------------------------------------------------------------
     def setup(self) -> None:
         p = self.profile
+        self.handoff_key = self.workdir / "handoff.key"  # the operators sign hand-offs, the real node's plugin verifies
+        self.handoff_key.write_text(base64.b64encode(secrets.token_bytes(48)).decode())
         self.k8s.make_kwok_nodes(self.nodes, {"nvidia.com/gpu": 10 * p.gpus}, annotations=lambda name: {
             keys.INVENTORY: fractional_inventory(name, p.gpus)})
         if set(p.faults) & set(NODE_KINDS):
             from kubernetes import client
 
-            self.real = RealNode(self.k8s.kubeconfig, REAL, self.workdir)
+            self.real = RealNode(self.k8s.kubeconfig, REAL, self.workdir, handoff_key_file=self.handoff_key)
             with self.k8s.api() as api:
                 self.real.create(client.CoreV1Api(api))
             self.real.start()
@@ -266,7 +270,8 @@ class Rig:
         self.starts += 1
         self.operators[identity] = start_operator(
             self.k8s, self.workdir, "--lease-namespace", self.namespace, "--identity", identity, "--qps",
-            str(self.profile.qps), "--burst", str(int(2 * self.profile.qps)), leader_elect=True,
+            str(self.profile.qps), "--burst", str(int(2 * self.profile.qps)), "--handoff-key-file",
+            str(self.handoff_key), leader_elect=True,
             log_name=f"{identity}.{self.starts}.log")
 
     def leader(self) -> str | None:
