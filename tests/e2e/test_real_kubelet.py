@@ -23,6 +23,7 @@ from kubelet_proc import CHECKPOINT, DEVICE_PLUGIN_DIR, TAINT, NodeSetupError, R
 from operator_proc import install_crds, start_operator, stop
 from polling import wait_for
 
+from devcluster.fgpu import HANDOFF_KEY_FLAG, handoff_key_file
 from devcluster.kubeplane import ComponentError, die_with_parent, free_port
 from fgpu_contracts import keys
 from simgpu.nodeconfig import parse_node_config
@@ -93,7 +94,10 @@ class Stack:
         assert daemon.poll() is None, daemon.log_path.read_text()
         self._spawn("plugin", ["-m", "deviceplugin.cli", "--config", str(self.config_path), "--node-name", NODE,
                                "--device-plugin-path", str(DEVICE_PLUGIN_DIR), "--kubeconfig",
-                               str(self.k8s.kubeconfig), "--daemon-socket", str(self.socket)])
+                               str(self.k8s.kubeconfig), "--daemon-socket", str(self.socket),
+                               # the operator below signs each hand-off with the cluster's key: verify it, as the
+                               # chart's plugin does
+                               HANDOFF_KEY_FLAG, str(handoff_key_file(self.k8s.kubeconfig))])
         install_crds(self.k8s)
         # The plugin logs in as the test's admin (in a cluster: its own ServiceAccount, which the chart trusts):
         # only trusted users may write the hand-off annotations, so trust it as the chart would.
