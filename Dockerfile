@@ -4,7 +4,8 @@
 #   fgpu-device-plugin ...         the kubelet device plugin
 #   simgpu daemon ...              the node daemon that serves the emulated GPUs
 #   simgpu run ...                 the workload client (what the example pods run)
-# Build: `make image` (docker build -t fgpu:dev .). Both stages use the same pinned base, so the virtual
+# Build: `make image` (docker build -t fgpu:dev .), or without Docker `make image-nodocker` (buildah, with
+# PYTHON_IMAGE set to a local Debian bookworm base; hack/image-nodocker.sh). Both stages use the same pinned base, so the virtual
 # environment built in the first runs unchanged in the second (same interpreter path and libc).
 ARG PYTHON_IMAGE=python:3.12.10-slim-bookworm
 

@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 FGPU_CACHE ?= $(HOME)/.cache/fgpu
 export FGPU_CACHE
 
-.PHONY: demo demo-down test testbin node-setup install lint unit e2e bench prometheus clean image chart-docs kind-up kind-down minikube-up minikube-down
+.PHONY: demo demo-down test testbin node-setup install lint unit e2e bench prometheus clean image image-nodocker chart-docs kind-up kind-down minikube-up minikube-down
 
 $(STAMP): pyproject.toml setup.py
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "fgpu needs Python >= 3.11")'
@@ -66,6 +66,11 @@ image:
 	@command -v docker >/dev/null || { echo "make image: needs docker (not found on PATH)" >&2; exit 1; }
 	@docker info >/dev/null 2>&1 || { echo "make image: docker is installed but its daemon does not answer" >&2; exit 1; }
 	docker build -t $(IMAGE) .
+
+## The same Dockerfile built without Docker (buildah, chroot isolation, a local Debian bookworm base), every
+## entrypoint run from the image as uid 65532; needs root, buildah, debootstrap. artifacts go to FGPU_CACHE/image/.
+image-nodocker:
+	IMAGE=$(IMAGE) hack/image-nodocker.sh
 
 ## Rewrite charts/fgpu/values.schema.json and the chart README's values table (charts/chartgen.py).
 chart-docs: $(STAMP)
