@@ -161,6 +161,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--fgpu-args", default="", help="more arguments for `fgpu operator`, space-separated "
                                                     "(e.g. '--binds-in-flight 256')")
     ap.add_argument("--keep-logs", action="store_true", help="keep the control plane's and operator's logs")
+    ap.add_argument("--no-pod-stages", action="store_true",
+                    help="KWOK runs only its node stages: bound pods are not marked Running, so neither scheduler's "
+                         "run carries KWOK's pod status writes (which land inside a slow run and after a fast one)")
     args = ap.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     args.nodes = args.nodes or sizes["nodes"]
@@ -650,6 +653,19 @@ def machine() -> dict:
 
 
 # ---- main -----------------------------------------------------------------------------------------------------
+def node_stages_only(plane, workdir: Path) -> Path:
+    """KWOK's stage file from testbin without its pod stages (node-initialize and node-heartbeat only)."""
+    import yaml
+
+    from devcluster.kubeplane import KWOK_STAGES
+
+    stages = [d for d in yaml.safe_load_all((plane.testbin / KWOK_STAGES).read_text())
+              if d and d.get("kind") == "Stage" and d["metadata"]["name"].startswith("node-")]
+    path = workdir / "kwok-node-stages.yaml"
+    path.write_text(yaml.safe_dump_all(stages))
+    return path
+
+
 def _interrupted(signum, frame) -> None:
     raise KeyboardInterrupt  # SIGTERM stops everything as Ctrl-C does (no operator left behind)
 
@@ -668,7 +684,7 @@ def main() -> int:
     ok = False
     try:
         plane.start()
-        plane.start_kwok()
+        plane.start_kwok(node_stages_only(plane, workdir) if args.no_pod_stages else None)
         if not args.no_small:
             bench.add_nodes(args.small_nodes)
             pid = bench.start("fgpu", None)
@@ -703,7 +719,8 @@ def main() -> int:
     checks = targets(rows, args)
     print(f"\n{info['cpus']} CPUs shared with everything (and other users); load average at start "
           f"{info['loadavg'][0]:.2f}, at end {os.getloadavg()[0]:.2f}; {args.gpus_per_node} GPUs per node; "
-          f"fgpu policy {args.policy}; wall time {wall:.0f} s\n")
+          f"fgpu policy {args.policy}; KWOK {'node stages only' if args.no_pod_stages else 'marks bound pods Running'}"
+          f"; wall time {wall:.0f} s\n")
     print(results_table(rows))
     print("\nCPU during each run (share of one core; the machine has "
           f"{info['cpus']}):\n")

@@ -306,6 +306,46 @@ def test_fractional_pod_runs_with_fgpu_env_and_socket(real_node, stack, core, k8
     delete_pod(core, namespace, "probe-2")
 
 
+def _container_lines(core, namespace: str, name: str, container: str) -> dict[str, str]:
+    """What one probe container printed, by kind (env/mount lines left out), once it printed `ready`."""
+    text = wait_for(lambda: (t := core.read_namespaced_pod_log(name, namespace, container=container))
+                    and "ready" in t.split("\n") and t, 60, f"{name}/{container}'s probe output")
+    return {kind: rest for kind, _, rest in (line.partition(" ") for line in text.splitlines())
+            if kind not in ("env", "mount")}
+
+
+def test_the_daemon_socket_reaches_only_the_containers_it_was_mounted_into(real_node, stack, core, namespace):
+    """Only a container Allocate handed a share to gets the daemon's socket: a sidecar of the same GPU pod and a
+    plain pod on the same node, both told the socket's path, find nothing there."""
+    sock_path = "/var/run/fgpu/daemon.sock"
+    told = [{"name": "FGPU_DAEMON_SOCKET", "value": sock_path}]
+    gpu_pod = probe_pod("probe-3")
+    gpu_pod["spec"]["containers"].append({"name": "sidecar", "image": "fgpu.local/e2e/fgpu-probe:v1",
+                                          "imagePullPolicy": "Never", "env": told})
+    plain = probe_pod("plain")
+    plain["metadata"]["annotations"] = {}  # asks for no GPU: the webhook leaves it alone
+    plain["spec"].pop("nodeSelector")
+    plain["spec"]["nodeName"] = NODE  # bound by hand (no kube-scheduler here), the kubelet runs it
+    plain["spec"]["containers"][0]["env"] = told
+    for body in (gpu_pod, plain):
+        wait_for(lambda body=body: core.create_namespaced_pod(namespace, body), 30, f"pod {body['metadata']['name']}")
+    try:
+        for name in ("probe-3", "plain"):
+            wait_for(lambda name=name: json.loads(core.read_namespaced_pod(name, namespace, _preload_content=False)
+                                                  .data)["status"].get("phase") == "Running", 120, f"{name} Running")
+        assert _container_lines(core, namespace, "probe-3", "main")["socket"] == f"{sock_path} ok"
+        for name, container in (("probe-3", "sidecar"), ("plain", "main")):
+            line = _container_lines(core, namespace, name, container)["socket"]
+            assert line.startswith(sock_path) and "no such file or directory" in line, (name, container, line)
+    except BaseException:
+        print(stack.logs())
+        print(real_node.log_tails())
+        raise
+    finally:
+        for name in ("probe-3", "plain"):
+            delete_pod(core, namespace, name)
+
+
 def test_teardown_leaves_nothing_behind(real_node, stack):
     t0 = time.monotonic()
     stack.stop()
