@@ -58,8 +58,8 @@ KINDS = ("operator-sigkill", "leader-kill", "apiserver-restart", "etcd-restart",
 SHAPES = (250, 500)  # milli-GPU, in turn
 REAL = "chaos-real"  # the node on real processes
 # Only the pinned workload and probe pods go to the real node; the churn stays on KWOK nodes. (With churn pods
-# there too, a churn pod was once left marked allocated by the plugin with no kubelet record after a
-# daemon-restart: open, see the README's Reliability section.)
+# there too, clean CI runs twice found one marked allocated by the plugin with no kubelet record of its grant:
+# open, see the README's Reliability section.)
 REAL_TAINT = {"key": "fgpu.io/chaos-real", "value": "pinned-only", "effect": "NoSchedule"}
 HANDED_NOTHING = "but its device plugin handed it no share"  # audit's words for an allocation never handed
 HANDOFF_IN_FLIGHT_S = 2.0  # plugin marks allocated -> kubelet writes its record, on a loaded 2-CPU machine
