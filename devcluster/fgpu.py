@@ -11,6 +11,7 @@ cluster's kubeconfig), so every e2e run and demo signs and verifies each assignm
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,13 +27,23 @@ CRDS = REPO / "deploy" / "crds"
 FGPU = str(Path(sys.executable).with_name("fgpu"))
 
 
+SETPRIV = shutil.which("setpriv")  # util-linux
+
+
 def spawn(argv: list[str], log_path: Path, env: dict[str, str] | None = None, detach: bool = False,
           cwd: Path = REPO) -> subprocess.Popen:
-    """Start argv with stdout and stderr in log_path (truncated); the Popen carries `.log_path`."""
+    """Start argv with stdout and stderr in log_path (truncated); the Popen carries `.log_path`. Unless detached
+    it gets SIGTERM when this process dies, set by `setpriv --pdeathsig` rather than Python code run in the
+    forked child: with gRPC threads in this process, gRPC's fork handlers can crash that child before it execs
+    (seen starting Prometheus in a clean CI run)."""
+    preexec = None
+    if not detach and SETPRIV:
+        argv = [SETPRIV, "--pdeathsig", "TERM", "--", *argv]
+    elif not detach:
+        preexec = die_with_parent
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=detach,
-                                preexec_fn=None if detach else die_with_parent)
+                                stderr=subprocess.STDOUT, start_new_session=detach, preexec_fn=preexec)
     proc.log_path = log_path
     return proc
 
