@@ -46,7 +46,7 @@ class Handoff:
     @classmethod
     def of_annotations(cls, annotations: dict) -> Handoff:
         values = [annotations.get(k) for k in GUARDED]
-        return NONE if values == [None, None, None] else cls(*values)
+        return NONE if all(v is None for v in values) else cls(*values)
 
     def value(self, key: str) -> str | None:
         return {keys.ASSIGNMENT: self.assignment, keys.ASSIGNED_AT: self.assigned_at,
