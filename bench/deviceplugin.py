@@ -83,6 +83,9 @@ class StubPods:
     def pending_pods(self, node, fresh=False):
         return self.pods
 
+    def confirm(self, pod):
+        return next((p for p in self.pods if p.uid == pod.uid), None)
+
     def mark_allocated(self, pod, container):
         idx = self.pods.index(pod)
         ann = dict(pod.annotations, **{"fgpu.io/allocated": f'["{container}"]'})

@@ -26,7 +26,6 @@ import io
 import json
 import os
 import queue
-import secrets
 import shutil
 import signal
 import subprocess
@@ -49,6 +48,7 @@ from devcluster.kubeplane import (
 )
 from devcluster.polling import WaitTimeout, wait_until
 from devcluster.prometheus import start_prometheus, static_scrape_configs
+from simgpu.token import load_or_create_secret
 
 REPO = fgpu.REPO
 STATE = REPO / "out" / "demo"
@@ -298,7 +298,7 @@ class Demo:
             d = self.state / "nodes" / name
             (d / "dp").mkdir(parents=True)
             (d / "run").mkdir()
-            (d / "secret").write_bytes(secrets.token_bytes(32))
+            load_or_create_secret(d / "secret")  # the node's token secret, in the form the plugin and daemon read
             config = d / "node.yaml"
             config.write_text(yaml.safe_dump({**pool["config"], "tokenSecretFile": str(d / "secret")},
                                              sort_keys=False))

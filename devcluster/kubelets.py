@@ -12,6 +12,10 @@ registers, and does what the kubelet would with it:
   the env's paths under a mount rewritten to the host path, as the container would reach them) goes to
   DIR/pods/<namespace>.<pod>.<container>.json, and the pod is annotated `devcluster.fgpu.io/allocated`, which
   the pod-ready stage of KWOK's stages (kwok_stages()) waits for before it marks the pod Running;
+* pods are admitted one node at a time in the order they reached the node (the kubelet's order, which the
+  plugin's matching of an Allocate to a pod relies on): a pod whose Allocate must be retried (the plugin down,
+  restarting or unable to read the API) holds back the node's later pods; one the plugin refuses is failed as
+  the kubelet fails it (phase Failed, reason UnexpectedAdmissionError);
 * a deleted pod's devices are free again and its files go;
 * restarted (the fault tests SIGKILL it), it allocates nothing twice: a pod already annotated ALLOCATED keeps
   the devices its files name (the kubelet's checkpoint), and Allocate goes to the plugin's latest socket.
@@ -38,6 +42,12 @@ log = logging.getLogger("devcluster.kubelets")
 ALLOCATED = "devcluster.fgpu.io/allocated"  # the demo's own key: written here, read by KWOK's pod-ready stage
 RETRY_S = 0.5
 GIVE_UP_S = 120.0
+RETRIED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED,
+           grpc.StatusCode.UNKNOWN)  # the plugin down, restarting or its API unreachable: ask again later
+
+
+class Rejected(Exception):
+    """The plugin refused the pod's Allocate: the kubelet fails its admission."""
 
 
 def kwok_stages(upstream: Path, out: Path) -> Path:
@@ -62,6 +72,7 @@ class Node:
         self.kubelet = StubKubelet(str(directory))
         self.held: dict[str, dict[str, list[str]]] = {}  # pod uid -> resource -> device IDs
         self.files: dict[str, list[Path]] = {}
+        self.partial: dict[str, dict[str, dict]] = {}  # pod uid -> container -> what Allocate answered so far
         self.reported: dict[str, int] = {}  # resource -> device count last written to the node
         self._stubs: dict[str, tuple[str, api_pb2_grpc.DevicePluginStub]] = {}  # resource -> (endpoint, stub)
 
@@ -106,23 +117,26 @@ class Node:
 
     def admit(self, pod: dict) -> bool:
         """Allocate every container's devices and record what Allocate said; True when done (or nothing to do),
-        False to try again later (the plugin has not registered the resource, or has no match yet)."""
+        False to try again later (the plugin has not registered the resource, or is unreachable). What was
+        allocated before a retry is kept, not asked for again: the plugin would hand the next share out.
+        Raises Rejected when the plugin refuses (the kubelet fails such a pod's admission)."""
         meta, spec = pod["metadata"], pod["spec"]
         served = self.resources()
-        held: dict[str, list[str]] = {}
+        held = self.held.setdefault(meta["uid"], {})
+        partial = self.partial.setdefault(meta["uid"], {})
         records = []
         for container in spec["containers"]:
             limits = (container.get("resources") or {}).get("limits") or {}
             wanted = {r: int(n) for r, n in limits.items() if "/" in r and not r.startswith(("cpu", "memory"))}
-            envs: dict[str, str] = {}
-            mounts: list[dict] = []
-            devices: dict[str, list[str]] = {}
+            done = partial.setdefault(container["name"], {"envs": {}, "mounts": [], "devices": {}})
             for resource, count in sorted(wanted.items()):
+                if resource in done["devices"]:
+                    continue
                 if resource not in served:
                     if self.reported:  # the plugin is up and does not serve it: an accounting resource
                         continue
                     return False
-                free = [d for d in self.free(resource) if d not in held.get(resource, [])]
+                free = self.free(resource)
                 if len(free) < count:
                     log.warning("%s/%s: %d %s asked, %d free", meta["namespace"], meta["name"], count, resource,
                                 len(free))
@@ -136,14 +150,18 @@ class Node:
                     response = stub.Allocate(api_pb2.AllocateRequest(container_requests=[
                         api_pb2.ContainerAllocateRequest(devices_ids=ids)]), timeout=10)
                 except grpc.RpcError as e:
-                    log.info("%s/%s: Allocate %s: %s (will retry)", meta["namespace"], meta["name"], resource,
-                             e.details())
-                    return False
+                    if e.code() in RETRIED:
+                        log.info("%s/%s: Allocate %s: %s (will retry)", meta["namespace"], meta["name"], resource,
+                                 e.details())
+                        return False
+                    raise Rejected(f"Allocate failed due to {e.details()}, which is unexpected") from None
                 answer = response.container_responses[0]
-                envs.update(answer.envs)
-                mounts += [{"container_path": m.container_path, "host_path": m.host_path} for m in answer.mounts]
-                devices[resource] = ids
+                done["envs"].update(answer.envs)
+                done["mounts"] += [{"container_path": m.container_path, "host_path": m.host_path}
+                                   for m in answer.mounts]
+                done["devices"][resource] = ids
                 held.setdefault(resource, []).extend(ids)
+            envs, mounts = dict(done["envs"]), done["mounts"]
             for key, value in envs.items():  # the container reaches a mounted path at its host path here
                 for m in mounts:
                     if value == m["container_path"] or value.startswith(m["container_path"].rstrip("/") + "/"):
@@ -151,24 +169,39 @@ class Node:
             records.append({"namespace": meta["namespace"], "pod": meta["name"], "container": container["name"],
                             "node": self.name, "command": [*(container.get("command") or []),
                                                            *(container.get("args") or [])],
-                            "devices": devices, "env": envs, "mounts": mounts})
-        self.held[meta["uid"]] = held
+                            "devices": done["devices"], "env": envs, "mounts": mounts})
         paths = []
         for record in records:
             path = self.pods_dir / f"{record['namespace']}.{record['pod']}.{record['container']}.json"
             path.write_text(json.dumps(record, indent=1))
             paths.append(path)
         self.files[meta["uid"]] = paths
+        self.partial.pop(meta["uid"], None)
         self.core.patch_namespaced_pod(meta["name"], meta["namespace"], {"metadata": {"annotations": {
             ALLOCATED: json.dumps({c["container"]: c["devices"] for c in records}, sort_keys=True)}}})
         log.info("%s: %s/%s allocated %s", self.name, meta["namespace"], meta["name"],
                  {c["container"]: c["devices"] for c in records})
         return True
 
+    def reject(self, pod: dict, why: str) -> None:
+        """As the kubelet fails a pod whose admission failed: phase Failed, reason UnexpectedAdmissionError."""
+        meta = pod["metadata"]
+        log.warning("%s: %s/%s rejected: %s", self.name, meta["namespace"], meta["name"], why)
+        self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": {
+            "phase": "Failed", "reason": "UnexpectedAdmissionError", "message": f"Pod was rejected: {why}"}})
+
     def forget(self, uid: str) -> None:
         self.held.pop(uid, None)
+        self.partial.pop(uid, None)
         for path in self.files.pop(uid, []):
             path.unlink(missing_ok=True)
+
+
+def _written(pod: dict) -> int:
+    try:
+        return int(pod["metadata"].get("resourceVersion") or 0)
+    except ValueError:
+        return 0
 
 
 class Kubelets:
@@ -208,7 +241,8 @@ class Kubelets:
         while not self.stop.is_set():
             try:
                 listed = json.loads(self.core.list_pod_for_all_namespaces(_preload_content=False).data)
-                for pod in listed["items"]:
+                # in the order they were written (a list comes sorted by name): the order a watch had shown
+                for pod in sorted(listed["items"], key=_written):
                     self.on_pod("ADDED", pod)
                 stream = watch.Watch().stream(self.core.list_pod_for_all_namespaces, _preload_content=False,
                                               resource_version=listed["metadata"]["resourceVersion"],
@@ -231,13 +265,25 @@ class Kubelets:
                 log.warning("%s: capacity not written: %s", node.name, e)
         with self.lock:
             waiting = list(self.waiting.items())
+        blocked: set[str] = set()  # nodes whose first waiting pod must go first: the plugin matches in that order
         for uid, (pod, since) in waiting:
-            node = self.nodes[pod["spec"]["nodeName"]]
+            name = pod["spec"]["nodeName"]
+            if name in blocked:
+                continue
+            node, rejected = self.nodes[name], ""
             try:
                 ok = node.admit(pod)
+            except Rejected as e:
+                ok, rejected = True, str(e)
             except Exception as e:
                 log.warning("%s/%s: %s", pod["metadata"]["namespace"], pod["metadata"]["name"], e)
                 ok = False
+            if rejected:
+                try:
+                    node.reject(pod, rejected)
+                except Exception as e:
+                    log.warning("%s/%s: rejection not written: %s", pod["metadata"]["namespace"],
+                                pod["metadata"]["name"], e)
             with self.lock:
                 if ok:
                     self.waiting.pop(uid, None)
@@ -246,6 +292,8 @@ class Kubelets:
                     log.error("%s/%s: devices not allocated in %.0f s; giving up", pod["metadata"]["namespace"],
                               pod["metadata"]["name"], GIVE_UP_S)
                     self.waiting.pop(uid, None)
+                else:
+                    blocked.add(name)
 
     def run(self) -> None:
         while not self.stop.wait(RETRY_S):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import secrets
 import shutil
 import signal
 import sys
@@ -25,6 +24,7 @@ import yaml
 
 from devcluster import fgpu
 from devcluster.kubeplane import ComponentError, free_port
+from simgpu.token import load_or_create_secret
 
 PROCS = ("daemon", "plugin", "kubelet")
 
@@ -39,8 +39,8 @@ class RealNode:
         self.plugin_dir, self.socket = self.dir / "dp", self.dir / "run" / "daemon.sock"
         self.plugin_dir.mkdir()
         (self.dir / "run").mkdir()
-        self.secret = secrets.token_bytes(32)
-        (self.dir / "secret").write_bytes(self.secret)
+        # as the plugin and daemon read it (random raw bytes could begin or end with whitespace, which they strip)
+        self.secret = load_or_create_secret(self.dir / "secret")
         self.config = self.dir / "node.yaml"
         self.config.write_text(yaml.safe_dump({
             "version": "v1", "gpus": [{"model": model, "count": gpus, "sharing": "fractional"}],

@@ -16,7 +16,12 @@ from simgpu.token import Grant, issue_token
 
 
 class AllocateError(SimgpuError):
-    """Allocate cannot be honoured; the gRPC shell returns the message to the kubelet."""
+    """Allocate cannot be honoured; the gRPC shell returns the message to the kubelet. `transient`: the same call
+    may succeed later (the API unreachable), answered UNAVAILABLE rather than FAILED_PRECONDITION."""
+
+    def __init__(self, message: str, *, field: str | None = None, transient: bool = False):
+        super().__init__(message, field=field)
+        self.transient = transient
 
 
 @dataclass(frozen=True)

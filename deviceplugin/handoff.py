@@ -1,25 +1,30 @@
 """The device plugin's side of the scheduler hand-off (the contract itself is fgpu_contracts.assignment): which
 pending pod's container an Allocate call is for (pure).
 
-Kubelet's Allocate request names device IDs but not the pod; as HAMi does, the plugin takes the oldest pending
-pod on its node whose next unallocated container asks for as many devices as the request has, and records the
-containers it has allocated in `fgpu.io/allocated` so a plugin restart does not hand the same one out twice.
+Kubelet's Allocate request names device IDs but not the pod. The kubelet admits the pods bound to its node one
+at a time, in the order its watch delivered them, so the plugin takes the pending pod it saw arrive on its node
+first (its `arrived` sequence: the resourceVersion of the first sighting, i.e. of the binding, which both
+watches deliver in the same order) whose next unallocated container asks for as many devices as the request
+has; it records the containers it allocated in `fgpu.io/allocated` so a plugin restart does not hand the same
+one out twice. Not the oldest assignment: binds run concurrently, so the scheduler's decision order is not the
+order pods reach the kubelet, and a share matched out of the kubelet's order lands in another pod's container.
+A terminating pod is never admitted by the kubelet, so never matched.
 
 With a hand-off key, only a pod whose assignment carries the scheduler's signature is handed anything
-(fgpu_contracts.signature): an unsigned or edited one still matches (so its own Allocate is refused with the
-reason, the kubelet's admission error on that pod) but never ahead of a verified one, so a forged pod can
-neither take a share nor jump the queue.
+(fgpu_contracts.signature): an unsigned or edited pod at the head of the line is the one the kubelet is
+admitting, so its own Allocate is refused with the reason (the kubelet's admission error on that pod); a
+refused hand-off is passed over afterwards (`refused`) until it changes, so it blocks no pod behind it.
 """
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 from fgpu_contracts.assignment import Assignment, ContainerAssignment, parse_assignment
 from fgpu_contracts.errors import InputError
-from fgpu_contracts.keys import ALLOCATED, ASSIGNED_AT, ASSIGNMENT
+from fgpu_contracts.keys import ALLOCATED, ASSIGNED_AT, ASSIGNMENT, ASSIGNMENT_SIGNATURE
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,17 @@ class PodView:
     phase: str
     annotations: dict[str, str] = field(default_factory=dict)
     created: str = ""  # RFC 3339; tie-breaker after assigned-at
+    arrived: int = 0  # the order the plugin saw it bound to its node (resourceVersion of the first sighting)
+    terminating: bool = False  # deletionTimestamp set: the kubelet admits it no more
+    version: int = 0  # resourceVersion of this view (orders two views of one pod)
+
+    def order(self) -> tuple[int, str, str, str, str]:
+        """The kubelet's admission order: arrival, then (arrival unknown or equal) assignment and creation."""
+        return (self.arrived, self.annotations.get(ASSIGNED_AT, ""), self.created, self.namespace, self.name)
+
+    def handoff(self) -> tuple[str, str]:
+        """What a refusal was about: the assignment and its signature as the pod carries them now."""
+        return self.annotations.get(ASSIGNMENT, ""), self.annotations.get(ASSIGNMENT_SIGNATURE, "")
 
     def allocated_containers(self) -> frozenset[str]:
         return _allocated(self.annotations.get(ALLOCATED, ""))
@@ -62,16 +78,21 @@ Verify = Callable[[PodView, str], "str | None"]
 
 
 def find_assignment(pods: Iterable[PodView], node: str, device_count: int,
-                    taken: set[tuple[str, str]] = frozenset(), verify: Verify | None = None) -> Match | None:
-    """The container an Allocate of `device_count` devices is for: the oldest assigned pending pod on `node`
-    whose first not-yet-allocated container has `device_count` devices. `taken` holds (pod uid, container)
-    pairs this plugin allocated but may not have recorded on the pod yet. Unparseable annotations are
-    skipped (the pod then never matches; the operator's validation is the place to reject them). With
-    `verify`, a verified pod always comes before one that is not (whose Match says why in `refused`)."""
-    best_key: tuple[str, str, str, str] | None = None
-    best: Match | None = None
+                    taken: set[tuple[str, str]] = frozenset(), verify: Verify | None = None,
+                    refused: Mapping[tuple[str, str], tuple[str, str]] | None = None) -> Match | None:
+    """The container an Allocate of `device_count` devices is for: among the assigned, pending, not terminating
+    pods on `node`, the first in the kubelet's order (PodView.order) whose first not-yet-allocated container has
+    `device_count` devices. `taken` holds (pod uid, container) pairs this plugin allocated but may not have
+    recorded on the pod yet; `refused` maps (pod uid, container) to the hand-off (PodView.handoff) already
+    refused for it, passed over while unchanged. Unparseable annotations are skipped (the pod then never
+    matches; the operator's validation is the place to reject them). With `verify`, the match says in
+    `refused` why its hand-off is not the scheduler's."""
+    best: tuple[tuple, PodView, ContainerAssignment, Assignment] | None = None
     for pod in pods:  # one pass, no sort: Allocate runs this on every call with ~100 pods
-        if pod.node_name != node or pod.phase != "Pending" or ASSIGNMENT not in pod.annotations:
+        if pod.node_name != node or pod.phase != "Pending" or pod.terminating or ASSIGNMENT not in pod.annotations:
+            continue
+        key = pod.order()
+        if best is not None and key >= best[0]:
             continue
         try:
             assignment = parse_assignment(pod.annotations[ASSIGNMENT])
@@ -79,16 +100,15 @@ def find_assignment(pods: Iterable[PodView], node: str, device_count: int,
             continue
         if assignment.node != node:
             continue
-        key = (pod.annotations.get(ASSIGNED_AT, ""), pod.created, pod.namespace, pod.name)
-        if best_key is not None and key >= best_key and not best.refused:
-            continue
         done = pod.allocated_containers()
         first = next((c for c in assignment.containers
                       if c.name not in done and (pod.uid, c.name) not in taken), None)
         if first is None or len(first.devices) != device_count:
             continue
-        refused = (verify(pod, node) or "") if verify is not None else ""
-        if best is not None and (bool(refused), key) >= (bool(best.refused), best_key):
+        if refused and refused.get((pod.uid, first.name)) == pod.handoff():
             continue
-        best_key, best = key, Match(pod, first, assignment, refused)
-    return best
+        best = (key, pod, first, assignment)
+    if best is None:
+        return None
+    _, pod, first, assignment = best
+    return Match(pod, first, assignment, (verify(pod, node) or "") if verify is not None else "")

@@ -41,13 +41,29 @@ def load_api_client(kubeconfig: str | None):
     return None
 
 
-def pod_view(obj: dict) -> PodView:
+def pod_view(obj: dict, arrived: int | None = None) -> PodView:
+    """`arrived`: the pod's place in the node's arrival order; None: this object's own resourceVersion (right
+    for a pod seen for the first time, which nothing but its binding has written since it reached the node)."""
     meta, spec, status = obj.get("metadata", {}), obj.get("spec", {}), obj.get("status", {})
     return PodView(
         namespace=meta.get("namespace", ""), name=meta.get("name", ""), uid=meta.get("uid", ""),
         node_name=spec.get("nodeName", "") or "", phase=status.get("phase", "") or "",
         annotations=dict(meta.get("annotations") or {}), created=meta.get("creationTimestamp", "") or "",
+        arrived=_revision(meta) if arrived is None else arrived, terminating=bool(meta.get("deletionTimestamp")),
+        version=_revision(meta),
     )
+
+
+def _revision(meta: dict) -> int:
+    """resourceVersion as a number (etcd's revision, which orders every write); 0 when it is not one."""
+    try:
+        return int(meta.get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+def _pending(pod: PodView) -> bool:
+    return pod.phase == "Pending" and not pod.terminating
 
 
 class KubePods:
@@ -84,7 +100,10 @@ class KubePods:
         finally:
             resp.release_conn()
         with self._lock:
-            self._pods = {p.uid: p for p in map(pod_view, doc.get("items", [])) if p.phase == "Pending"}
+            known = {uid: p.arrived for uid, p in self._pods.items()}
+            views = (pod_view(item, known.get((item.get("metadata") or {}).get("uid", "")))
+                     for item in doc.get("items", []))
+            self._pods = {p.uid: p for p in views if _pending(p)}
             self._rv = doc.get("metadata", {}).get("resourceVersion", "")
             self._synced = True
 
@@ -94,10 +113,37 @@ class KubePods:
         with self._lock:
             return list(self._pods.values())
 
-    def _apply(self, kind: str, obj: dict) -> None:
-        pod = pod_view(obj)
+    def confirm(self, pod: PodView) -> PodView | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            resp = self.core.read_namespaced_pod(pod.name, pod.namespace, _preload_content=False)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            obj = None
+        else:
+            try:
+                obj = json.loads(resp.data)
+            finally:
+                resp.release_conn()
         with self._lock:
-            if kind == "DELETED" or pod.phase != "Pending":
+            cached = self._pods.get(pod.uid)
+            if cached is None:  # the watch has removed it meanwhile
+                return None
+            current = None if obj is None else pod_view(obj, pod.arrived)
+            if current is None or current.uid != pod.uid or current.node_name != self.node or not _pending(current):
+                self._pods.pop(pod.uid, None)
+                return None
+            if current.version >= cached.version:  # (a watch event newer than this read may have landed)
+                self._pods[pod.uid] = current
+            return self._pods[pod.uid]
+
+    def _apply(self, kind: str, obj: dict) -> None:
+        with self._lock:
+            known = self._pods.get((obj.get("metadata") or {}).get("uid", ""))
+            pod = pod_view(obj, known.arrived if known else None)
+            if kind == "DELETED" or not _pending(pod):
                 self._pods.pop(pod.uid, None)
             else:
                 self._pods[pod.uid] = pod

@@ -8,6 +8,7 @@ moves them over the wire.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -75,6 +76,11 @@ class PodSource(Protocol):
 
     def pending_pods(self, node: str, fresh: bool = False) -> list[PodView]: ...
 
+    def confirm(self, pod: PodView) -> PodView | None:
+        """The pod as the API holds it now (a quorum read), None when it is no longer pending on its node; the
+        source's cache takes the answer in. The watch cache lags the kubelet's own: a pod deleted or edited a
+        moment ago must not be matched on its old state."""
+
     def mark_allocated(self, pod: PodView, container: str) -> None: ...
 
 
@@ -94,6 +100,7 @@ class _Shared:
     pods: PodSource | None
     stop: threading.Event
     taken: set[tuple[str, str]] = field(default_factory=set)
+    refused: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)  # (uid, container) -> hand-off
     lock: threading.Lock = field(default_factory=threading.Lock)
     metrics: PluginMetrics = field(default_factory=PluginMetrics)
 
@@ -152,7 +159,8 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
             log.warning("Allocate %s refused: %s", self.resource.name, err)
             invalid = err.field == "devices_ids"
             result = "invalid" if invalid else "refused"
-            code = grpc.StatusCode.INVALID_ARGUMENT if invalid else grpc.StatusCode.FAILED_PRECONDITION
+            code = grpc.StatusCode.INVALID_ARGUMENT if invalid else \
+                grpc.StatusCode.UNAVAILABLE if err.transient else grpc.StatusCode.FAILED_PRECONDITION
             self._count(result, start)
             context.abort(code, str(err))
         finally:
@@ -173,9 +181,9 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
                                 f"scheduler's {ASSIGNMENT}; this plugin runs standalone (no kubeconfig)",
                                 field=ASSIGNMENT)
         with shared.lock:
-            match = self._match(ids, fresh=False)
-            if match is None or match.refused:  # the cache may not have seen the guard's write-back yet
-                match = self._match(ids, fresh=True)
+            match = self._confirmed_match(ids)
+            if match is not None and match.refused:
+                shared.refused[(match.pod.uid, match.container.name)] = match.pod.handoff()
             alloc = allocate_assignment(self.resource, ids, match, shared.ctx, shared.devices)
             shared.taken.add((match.pod.uid, match.container.name))
         shared.pods.mark_allocated(match.pod, match.container.name)
@@ -183,17 +191,39 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
                  match.pod.name, match.container.name, alloc.envs.get("NVIDIA_VISIBLE_DEVICES"))
         return alloc
 
-    def _match(self, ids: list[str], fresh: bool) -> Match | None:
+    def _confirmed_match(self, ids: list[str], tries: int = 8) -> Match | None:
+        """The match, checked against the API: the cache's head of the line may have been deleted, finished or
+        edited (the guard writing a hand-off back) since the cache saw it; then match again on the corrected
+        cache. A miss in the cache is tried once more on a fresh list."""
+        match, listed = self._match(ids, fresh=False), False
+        for _ in range(tries):
+            if match is None:
+                if listed:
+                    return None
+                match, listed = self._match(ids, fresh=True), True
+                continue
+            current = self._read(functools.partial(self.shared.pods.confirm, match.pod))
+            if current is not None and current.annotations == match.pod.annotations:
+                return match
+            match = self._match(ids, fresh=False)
+        raise AllocateError(f"the pods pending on node {self.shared.ctx.node_name} changed under {tries} reads in "
+                            f"a row; the kubelet retries", field=ASSIGNMENT, transient=True)
+
+    def _read(self, call):
         try:
-            pods = self.shared.pods.pending_pods(self.shared.ctx.node_name, fresh=fresh)
+            return call()
         except Exception as err:  # apiserver down, RBAC, ...: the kubelet shows this on the pod
             raise AllocateError(f"cannot read pending pods of node {self.shared.ctx.node_name} from the "
-                                f"Kubernetes API: {err}", field=ASSIGNMENT) from None
-        taken = self.shared.taken
-        if len(taken) > 2 * len(pods) + 256:  # forget pods that are no longer pending
+                                f"Kubernetes API: {err}", field=ASSIGNMENT, transient=True) from None
+
+    def _match(self, ids: list[str], fresh: bool) -> Match | None:
+        shared = self.shared
+        pods = self._read(lambda: shared.pods.pending_pods(shared.ctx.node_name, fresh=fresh))
+        if len(shared.taken) + len(shared.refused) > 2 * len(pods) + 256:  # forget pods no longer pending
             live = {p.uid for p in pods}
-            taken.intersection_update({t for t in taken if t[0] in live})
-        return find_assignment(pods, self.shared.ctx.node_name, len(ids), taken, self._verify)
+            shared.taken.intersection_update({t for t in shared.taken if t[0] in live})
+            shared.refused = {k: v for k, v in shared.refused.items() if k[0] in live}
+        return find_assignment(pods, shared.ctx.node_name, len(ids), shared.taken, self._verify, shared.refused)
 
     def _verify(self, pod: PodView, node: str) -> str | None:
         key = self.shared.ctx.handoff_key

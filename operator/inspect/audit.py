@@ -12,9 +12,10 @@ checked on what the API server holds: the same report `fgpu inspect` prints, rea
 And, given what the nodes report (`grants`: per node, every share its device plugin handed a container at
 Allocate, read back from the signed context tokens, and every context its node daemon holds open):
 
-- The device plugin handed each container the allocation the scheduler gave it: every grant matches the
-  pod's assignment on that node (device, memory, SMs), and a container the plugin says it allocated (or of a
-  running pod) was handed each of its devices.
+- The device plugin handed each container the allocation the scheduler gave it: every grant is in the
+  container it was made for (where the kubelet's record says) and matches that pod's assignment on that node
+  (device, memory, SMs), and a container the plugin says it allocated (or of a running pod) was handed each of
+  its devices.
 - No context outlives its pod: the daemon holds none for a pod that no longer exists or is finished.
 
 Pure, on raw JSON dicts; `fgpu inspect check` runs it against a cluster and exits 1 on any violation; the
@@ -53,12 +54,18 @@ class Handed:
     mem_bytes: int | None = None  # None: the whole device
     sm_pct: int | None = None  # None: 100
     live: bool = False
+    to: tuple[str, str, str] | None = None  # (namespace, pod, container) the kubelet gave it to; None: unknown
 
     @classmethod
-    def of_grant(cls, node: str, grant, live: bool = False) -> Handed:
+    def of_grant(cls, node: str, grant, live: bool = False, to: tuple[str, str, str] | None = None) -> Handed:
         """From a `simgpu.token.Grant` (a verified context token)."""
         return cls(node, grant.pod_namespace, grant.pod_name, grant.container, grant.device_uuid,
-                   grant.mem_limit_bytes, grant.sm_limit_pct, live)
+                   grant.mem_limit_bytes, grant.sm_limit_pct, live, to)
+
+    @property
+    def recipient(self) -> tuple[str, str, str]:
+        """The container that holds it: where the kubelet put it, else whom it was made for."""
+        return self.to or (self.namespace, self.pod, self.container)
 
     @property
     def where(self) -> str:
@@ -196,7 +203,11 @@ def _grant_violations(pods: list[dict], grants: dict[str, list[Handed]], both_wa
             if not h.pod:
                 continue  # a whole GPU, MIG device or replica: no fgpu assignment behind it
             key = f"{h.namespace}/{h.pod}"
-            handed.add((node, key, h.container, h.device_uuid))
+            to_ns, to_pod, to_container = h.recipient
+            handed.add((node, f"{to_ns}/{to_pod}", to_container, h.device_uuid))
+            if h.recipient != (h.namespace, h.pod, h.container):
+                out.append(f"{h.where}: the kubelet gave it to pod {to_ns}/{to_pod} container {to_container}")
+                continue
             pod = by_name.get(key)
             finished = pod is not None and (pod.get("status") or {}).get("phase") in FINISHED
             if pod is None or finished:
@@ -251,15 +262,18 @@ def _limits(mem: int | None, sm: int | None) -> str:
     return f"{'all its memory' if mem is None else f'{mem} bytes'} and {sm if sm is not None else 100}% SMs"
 
 
-def handed_from_env(node: str, envs: Mapping[str, str], secret: bytes) -> list[Handed]:
+def handed_from_env(node: str, envs: Mapping[str, str], secret: bytes,
+                    to: tuple[str, str, str] | None = None) -> list[Handed]:
     """What one Allocate response handed a container, read from its context tokens (verified with the node's
-    token secret: a token that does not verify is not a grant the plugin made, and raises)."""
+    token secret: a token that does not verify is not a grant the plugin made, and raises). `to`: the
+    (namespace, pod, container) the kubelet put the response in, when known: a grant made for another is a
+    violation (the device plugin matched the Allocate to the wrong pod)."""
     from simgpu import env
     from simgpu.token import verify_token
 
     out, i = [], 0
     while (token := envs.get(env.context_token_var(i))) is not None:
-        out.append(Handed.of_grant(node, verify_token(secret, token)))
+        out.append(Handed.of_grant(node, verify_token(secret, token), to=to))
         i += 1
     return out
 

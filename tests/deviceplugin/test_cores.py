@@ -1,4 +1,5 @@
 """Pure cores: resource discovery, hand-off matching, preferred allocation, labels and inventory."""
+import dataclasses
 import json
 
 import pytest
@@ -215,14 +216,30 @@ def handoff_verify(p: PodView, node: str):
     return problem(HANDOFF_KEY, p.uid, node, p.annotations)
 
 
-def test_a_verified_pod_comes_before_a_forged_one_however_old_it_claims_to_be():
+def arrived(p: PodView, seq: int) -> PodView:
+    return dataclasses.replace(p, arrived=seq)
+
+
+def test_the_kubelets_arrival_order_decides_not_the_claimed_assignment_time():
     gpu = FRACTIONAL.gpu_devices("n1")[0].uuid
-    given = signed(pod("given", [("c", gpu, 2 << 30, 20)], at="2026-01-01T00:00:02Z"))
-    forged = pod("forged", [("c", gpu, 80 << 30, 100)], at="2000-01-01T00:00:00Z")
-    match = find_assignment([forged, given], "n1", 1, verify=handoff_verify)
-    assert (match.pod.name, match.refused) == ("given", "")
-    alone = find_assignment([forged], "n1", 1, verify=handoff_verify)
-    assert alone.pod.name == "forged" and alone.refused.startswith("no fgpu.io/assignment-signature")
+    first = arrived(signed(pod("first", [("c", gpu, 2 << 30, 20)], at="2026-01-01T00:00:02Z")), 10)
+    second = arrived(signed(pod("second", [("c", gpu, 4 << 30, 40)], at="2026-01-01T00:00:01Z")), 11)
+    assert find_assignment([second, first], "n1", 1, verify=handoff_verify).pod.name == "first"
+    leaving = dataclasses.replace(first, terminating=True)  # the kubelet admits no terminating pod
+    assert find_assignment([second, leaving], "n1", 1).pod.name == "second"
+
+
+def test_a_forged_pod_at_the_head_is_refused_then_passed_over_until_its_hand_off_changes():
+    gpu = FRACTIONAL.gpu_devices("n1")[0].uuid
+    forged = arrived(pod("forged", [("c", gpu, 80 << 30, 100)], at="2000-01-01T00:00:00Z"), 10)
+    given = arrived(signed(pod("given", [("c", gpu, 2 << 30, 20)], at="2026-01-01T00:00:02Z")), 11)
+    head = find_assignment([given, forged], "n1", 1, verify=handoff_verify)
+    assert head.pod.name == "forged" and head.refused.startswith("no fgpu.io/assignment-signature")
+    refused = {(forged.uid, "c"): forged.handoff()}
+    assert find_assignment([given, forged], "n1", 1, verify=handoff_verify, refused=refused).pod.name == "given"
+    restored = arrived(signed(forged), 10)  # its hand-off changed (the guard wrote the scheduler's back)
+    match = find_assignment([given, restored], "n1", 1, verify=handoff_verify, refused=refused)
+    assert (match.pod.name, match.refused) == ("forged", "")
     assert find_assignment([forged], "n1", 1).refused == ""  # no key: unverified, as before keys existed
 
 

@@ -27,6 +27,9 @@ class StubPods:
         self.fresh_calls += fresh
         return list(self.pods)
 
+    def confirm(self, p):  # the API's answer is the list as it stands
+        return next((q for q in self.pods if q.uid == p.uid), None)
+
     def mark_allocated(self, p, container):
         self.marked.append((p.name, container))
 
@@ -101,7 +104,14 @@ class RestoredPods(StubPods):
 
     def pending_pods(self, node, fresh=False):
         self.fresh_calls += fresh
-        return list(self.fresh if fresh else self.pods)
+        if fresh:
+            self.pods = list(self.fresh)
+        return list(self.pods)
+
+    def confirm(self, p):  # a quorum read: the API's current pod, which the cache takes in
+        current = next((q for q in self.fresh if q.uid == p.uid), None)
+        self.pods = [current if q.uid == p.uid else q for q in self.pods if current is not None or q.uid != p.uid]
+        return current
 
 
 def test_with_a_key_a_forged_assignment_is_refused_over_grpc_and_the_restored_one_handed_out(kubelet, start_manager):
@@ -117,7 +127,8 @@ def test_with_a_key_a_forged_assignment_is_refused_over_grpc_and_the_restored_on
         _allocate(stub, [slots[0].ID])
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "ns/p container main: not handed out: fgpu.io/assignment-signature does not match" in err.value.details()
-    assert pods.marked == [] and pods.fresh_calls == 1 and manager.shared.taken == set()
+    assert pods.marked == [] and manager.shared.taken == set()
+    assert manager.shared.refused == {(given.uid, "main"): forged.handoff()}  # passed over while unchanged
 
     pods.fresh = [given]  # the guard wrote the scheduler's value back; the cache has not caught up
     env = dict(_allocate(stub, [slots[0].ID]).envs)

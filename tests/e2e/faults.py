@@ -57,10 +57,6 @@ KINDS = ("operator-sigkill", "leader-kill", "apiserver-restart", "etcd-restart",
          "node-deleted", *NODE_KINDS)
 SHAPES = (250, 500)  # milli-GPU, in turn
 REAL = "chaos-real"  # the node on real processes
-# Only the pinned workload and probe pods go to the real node; the churn stays on KWOK nodes. (With churn pods
-# there too, clean CI runs twice found one marked allocated by the plugin with no kubelet record of its grant:
-# open, see the README's Reliability section.)
-REAL_TAINT = {"key": "fgpu.io/chaos-real", "value": "pinned-only", "effect": "NoSchedule"}
 HANDED_NOTHING = "but its device plugin handed it no share"  # audit's words for an allocation never handed
 HANDOFF_IN_FLIGHT_S = 2.0  # plugin marks allocated -> kubelet writes its record, on a loaded 2-CPU machine
 GIB = 1 << 30
@@ -262,8 +258,7 @@ class Rig:
         if set(p.faults) & set(NODE_KINDS):
             from kubernetes import client
 
-            self.real = RealNode(self.k8s.kubeconfig, REAL, self.workdir, handoff_key_file=self.handoff_key,
-                                 taints=[REAL_TAINT])
+            self.real = RealNode(self.k8s.kubeconfig, REAL, self.workdir, handoff_key_file=self.handoff_key)
             with self.k8s.api() as api:
                 self.real.create(client.CoreV1Api(api))
             self.real.start()
@@ -434,7 +429,6 @@ class Rig:
 
         pod = share_pod(name, 250, mem_gib=QUOTA_GIB)
         pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": REAL}
-        pod["spec"]["tolerations"] = [{"key": REAL_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}]
         with self.k8s.api() as api:
             client.CoreV1Api(api).create_namespaced_pod(self.namespace, pod, _request_timeout=10)
 
@@ -514,7 +508,8 @@ class Rig:
     def _handed(self) -> list:
         out = []
         for record in self.real.records().values():
-            out += handed_from_env(REAL, record["env"], self.real.secret)
+            out += handed_from_env(REAL, record["env"], self.real.secret,
+                                   to=(record["namespace"], record["pod"], record["container"]))
         return out + handed_from_daemon_metrics(REAL, self._scrape())
 
     def _delete_pod(self, name: str) -> None:

@@ -136,3 +136,23 @@ def test_two_containers_of_one_pod_both_recorded(node_and_plugin, namespace):
     recorded = _wait(lambda: json.loads(core.read_namespaced_pod("two", namespace).metadata.annotations.get(
         ALLOCATED, "[]")) == ["a", "b"])
     assert recorded, core.read_namespaced_pod("two", namespace).metadata.annotations
+
+
+def test_allocate_follows_the_order_pods_reach_the_node_and_skips_a_terminating_one(node_and_plugin, namespace):
+    """The kubelet admits pods in the order they reach its node; the plugin must match that order, not the
+    assignment's time (binds run concurrently and land out of decision order), and never a pod being deleted."""
+    core, kubelet, cfg = node_and_plugin
+    gpu = cfg.gpu_devices(NODE)[0].uuid
+    slots = kubelet.wait_devices("nvidia.com/gpu", lambda d: len(d) == 8, timeout=20)
+    first = _pod(namespace, "reached-first", gpu, 2 << 30, 20)
+    first["metadata"]["annotations"][ASSIGNED_AT] = "2026-01-01T00:00:05Z"  # decided later, bound earlier
+    core.create_namespaced_pod(namespace, first)
+    core.create_namespaced_pod(namespace, _pod(namespace, "reached-second", gpu, 3 << 30, 30))
+    doomed = _pod(namespace, "deleted-before-admission", gpu, 4 << 30, 40)
+    core.create_namespaced_pod(namespace, doomed)
+    core.delete_namespaced_pod("deleted-before-admission", namespace, grace_period_seconds=30)
+    core.create_namespaced_pod(namespace, _pod(namespace, "reached-last", gpu, 5 << 30, 50))
+
+    got = [verify_token(SECRET, dict(_allocate(kubelet, slots[i].ID).envs)["FGPU_CONTEXT_TOKEN"]).pod_name
+           for i in range(3)]
+    assert got == ["reached-first", "reached-second", "reached-last"]

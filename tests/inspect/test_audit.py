@@ -111,6 +111,21 @@ def test_a_running_or_recorded_container_without_its_grant_and_a_context_without
     assert audit(NODES, [asked("run")], grants={"gpu-b": []}) == []  # only the nodes reported are checked
 
 
+def test_a_grant_in_another_pods_container_is_a_violation_and_its_own_pod_was_handed_nothing():
+    # the plugin matched a's Allocate to b: b's grant went into a's container, and a's into b's
+    pods = [asked("a"), asked("b")]
+    swapped = {"gpu-a": [handed("b", to=("default", "a", "main")), handed("a", to=("default", "b", "main"))]}
+    assert audit(NODES, pods, grants=swapped) == [
+        "node gpu-a grant for default/b container main on GPU-a0: the kubelet gave it to pod default/a container main",
+        "node gpu-a grant for default/a container main on GPU-a0: the kubelet gave it to pod default/b container main"]
+    # a deleted since (its record gone): b is marked allocated, but the grant it holds went to a
+    only_b = {"gpu-a": [handed("a", to=("default", "b", "main"))]}
+    assert audit(NODES, [asked("b")], grants=only_b) == [
+        "node gpu-a grant for default/a container main on GPU-a0: the kubelet gave it to pod default/b container main"]
+    assert audit(NODES, pods, grants={"gpu-a": [handed("a", to=("default", "a", "main")),
+                                                handed("b", to=("default", "b", "main"))]}) == []
+
+
 def test_grants_read_back_from_allocate_tokens_and_daemon_metrics():
     from simgpu.token import Grant, issue_token
 
@@ -119,6 +134,8 @@ def test_grants_read_back_from_allocate_tokens_and_daemon_metrics():
                   pod_name="a", container="main")
     envs = {"FGPU_CONTEXT_TOKEN_0": issue_token(secret, grant), "FGPU_CONTEXT_TOKEN": "ignored: same as _0"}
     assert handed_from_env("gpu-a", envs, secret) == [handed("a")]
+    assert handed_from_env("gpu-a", envs, secret, to=("default", "b", "main")) == [
+        handed("a", to=("default", "b", "main"))]
     scrape = ('# TYPE fgpu_pod_gpu_memory_limit_bytes gauge\nfgpu_pod_gpu_memory_limit_bytes{gpu="0",UUID="GPU-a0",'
               'namespace="default",pod="a",container="main"} 4.294967296e+10\n')
     assert handed_from_daemon_metrics("gpu-a", scrape) == [handed("a", None, None, live=True)]
