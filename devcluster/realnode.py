@@ -51,6 +51,12 @@ class RealNode:
         self.starts = 0
         self._stop = threading.Event()
 
+    def gpu_uuids(self) -> list[str]:
+        """Its GPUs' UUIDs, as the plugin and daemon derive them from the config."""
+        from simgpu.nodeconfig import parse_node_config
+
+        return [g.uuid for g in parse_node_config(yaml.safe_load(self.config.read_text())).gpu_devices(self.name)]
+
     # --- the Node object --------------------------------------------------------------------------------
     def create(self, core) -> None:
         core.create_node({"metadata": {"name": self.name, "labels": {

@@ -51,6 +51,7 @@ from operator_proc import share_pod, start_operator, stop
 from devcluster.contexts import WorkloadProc
 from devcluster.realnode import RealNode
 from fgpu_contracts import keys
+from fgpu_contracts.request import dump_request, load_request
 
 NODE_KINDS = ("plugin-restart", "kubelet-restart", "daemon-restart")  # on the real node's processes
 KINDS = ("operator-sigkill", "leader-kill", "apiserver-restart", "etcd-restart", "conflicts", "gpu-unhealthy",
@@ -114,14 +115,25 @@ class Report:
         return statistics.quantiles(values, n=100, method="inclusive")[98]
 
 
+def churn_pod(name: str, milli: int, avoid: tuple[str, ...]) -> dict:
+    """A fractional pod of the churn, kept off the GPUs in `avoid` (fgpu.io/request's exclude_uuids)."""
+    pod = share_pod(name, milli)
+    if avoid:
+        notes = pod["metadata"]["annotations"]
+        notes[keys.REQUEST] = dump_request(load_request(notes[keys.REQUEST]).model_copy(
+            update={"exclude_uuids": avoid}))
+    return pod
+
+
 class Churn:
     """Creates pods at a steady rate and deletes each `lifetime_s` later; a watch records when each is bound
     and what it was given. Survives the apiserver going away (creates then fail and are counted)."""
 
-    def __init__(self, k8s, namespace: str, rate_per_min: float, lifetime_s: float):
+    def __init__(self, k8s, namespace: str, rate_per_min: float, lifetime_s: float, avoid: tuple[str, ...] = ()):
         from kubernetes import client
 
         self.k8s, self.namespace = k8s, namespace
+        self.avoid = avoid  # GPU UUIDs no churn pod may use
         self.interval, self.lifetime = 60.0 / rate_per_min, lifetime_s
         self._api = k8s.api()
         self.core = client.CoreV1Api(self._api)
@@ -158,7 +170,7 @@ class Churn:
     def _create(self, name: str, milli: int) -> None:
         sent = time.monotonic()
         try:
-            self.core.create_namespaced_pod(self.namespace, share_pod(name, milli), _request_timeout=10)
+            self.core.create_namespaced_pod(self.namespace, churn_pod(name, milli, self.avoid), _request_timeout=10)
         except Exception:  # the apiserver is down or slow: a fault, counted
             with self._lock:
                 self.create_errors += 1
@@ -533,18 +545,23 @@ class Rig:
         with self.k8s.api() as api:
             nodes = json.loads(client.CoreV1Api(api).list_node(_preload_content=False,
                                                                _request_timeout=30).data)["items"]
-        # what the real node handed out, read before and after the pods: a grant made or dropped while the pods
-        # are read is in one of the two
+        # What the real node handed out is read before the pods and checked against them: a grant made after the
+        # pods were read may be for a pod they show not yet bound. Read again after the pods, it only clears a
+        # pod's "handed nothing": a grant made or dropped while the pods are read is in one of the two reads.
         before = self._handed() if self.real else []
         pods = self._pods()
-        grants = {REAL: before + self._handed()} if self.real else None
-        out = list(check(nodes, pods, grants=grants).violations)
+        out = list(check(nodes, pods, grants={REAL: before} if self.real else None).violations)
+        if any(HANDED_NOTHING in v for v in out):
+            both = check(nodes, pods, grants={REAL: before + self._handed()}).violations
+            out = [v for v in out if HANDED_NOTHING not in v or v in both]
         if any(HANDED_NOTHING in v for v in out):
             # the plugin marks a container allocated before it answers the kubelet, which then writes its record:
             # a pod read between the two looks handed nothing. Read again once that hand-off has landed; what is
             # still missing then is a real violation.
             time.sleep(HANDOFF_IN_FLIGHT_S)
-            again = check(nodes, self._pods(), grants={REAL: self._handed()}).violations
+            before = self._handed()
+            pods_again = self._pods()
+            again = check(nodes, pods_again, grants={REAL: before + self._handed()}).violations
             out = [v for v in out if HANDED_NOTHING not in v or v in again]
         churn = self.churn
         if churn is not None:
@@ -605,7 +622,11 @@ def run(k8s, namespace: str, workdir: Path, profile: Profile, log: Callable[[str
     began = time.monotonic()
     try:
         rig.setup()
-        rig.churn = churn = Churn(k8s, namespace, profile.rate_per_min, profile.lifetime_s)
+        # churn pods go to the real node too, on all but its last GPU: that one keeps room for the pinned
+        # workloads and for the pod each node fault is followed by, whose Allocate times the recovery (with the
+        # node full of churn it would wait for a churn pod's lifetime instead)
+        avoid = tuple(rig.real.gpu_uuids()[-1:]) if rig.real else ()
+        rig.churn = churn = Churn(k8s, namespace, profile.rate_per_min, profile.lifetime_s, avoid)
         churn.start()
         time.sleep(min(profile.lifetime_s, 10.0))  # a live population before the first fault
         spacing = profile.minutes * 60 / len(profile.faults) if profile.minutes else 0.0
