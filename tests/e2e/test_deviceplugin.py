@@ -152,6 +152,7 @@ def test_allocate_follows_the_order_pods_reach_the_node_and_skips_a_terminating_
     core.create_namespaced_pod(namespace, doomed)
     core.delete_namespaced_pod("deleted-before-admission", namespace, grace_period_seconds=30)
     core.create_namespaced_pod(namespace, _pod(namespace, "reached-last", gpu, 5 << 30, 50))
+    time.sleep(1.0)  # as on a node, where the kubelet too learns of the deletion from its watch before acting
 
     got = [verify_token(SECRET, dict(_allocate(kubelet, slots[i].ID).envs)["FGPU_CONTEXT_TOKEN"]).pod_name
            for i in range(3)]
