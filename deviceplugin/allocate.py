@@ -5,6 +5,7 @@ and token variables; every name comes from simgpu.env so the workload side reads
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from deviceplugin.handoff import Match
@@ -19,8 +20,9 @@ class AllocateError(SimgpuError):
     """Allocate cannot be honoured; the gRPC shell returns the message to the kubelet. `transient`: the same call
     may succeed later (the API unreachable), answered UNAVAILABLE rather than FAILED_PRECONDITION."""
 
-    def __init__(self, message: str, *, field: str | None = None, transient: bool = False):
-        super().__init__(message, field=field)
+    def __init__(self, message: str, *, field: str | None = None, allowed: Iterable[object] | None = None,
+                 transient: bool = False):
+        super().__init__(message, field=field, allowed=allowed)
         self.transient = transient
 
 
