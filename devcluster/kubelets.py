@@ -37,6 +37,7 @@ import yaml
 
 from devcluster.stub_kubelet import StubKubelet
 from deviceplugin.api import api_pb2, api_pb2_grpc
+from deviceplugin.kube import revision
 
 log = logging.getLogger("devcluster.kubelets")
 ALLOCATED = "devcluster.fgpu.io/allocated"  # the demo's own key: written here, read by KWOK's pod-ready stage
@@ -187,21 +188,17 @@ class Node:
         """As the kubelet fails a pod whose admission failed: phase Failed, reason UnexpectedAdmissionError."""
         meta = pod["metadata"]
         log.warning("%s: %s/%s rejected: %s", self.name, meta["namespace"], meta["name"], why)
-        self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": {
-            "phase": "Failed", "reason": "UnexpectedAdmissionError", "message": f"Pod was rejected: {why}"}})
+        try:
+            self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": {
+                "phase": "Failed", "reason": "UnexpectedAdmissionError", "message": f"Pod was rejected: {why}"}})
+        except Exception as e:  # not retried: the pod stays Pending, as when the kubelet's status write is lost
+            log.warning("%s/%s: rejection not written: %s", meta["namespace"], meta["name"], e)
 
     def forget(self, uid: str) -> None:
         self.held.pop(uid, None)
         self.partial.pop(uid, None)
         for path in self.files.pop(uid, []):
             path.unlink(missing_ok=True)
-
-
-def _written(pod: dict) -> int:
-    try:
-        return int(pod["metadata"].get("resourceVersion") or 0)
-    except ValueError:
-        return 0
 
 
 class Kubelets:
@@ -242,7 +239,7 @@ class Kubelets:
             try:
                 listed = json.loads(self.core.list_pod_for_all_namespaces(_preload_content=False).data)
                 # in the order they were written (a list comes sorted by name): the order a watch had shown
-                for pod in sorted(listed["items"], key=_written):
+                for pod in sorted(listed["items"], key=lambda p: revision(p["metadata"])):
                     self.on_pod("ADDED", pod)
                 stream = watch.Watch().stream(self.core.list_pod_for_all_namespaces, _preload_content=False,
                                               resource_version=listed["metadata"]["resourceVersion"],
@@ -270,20 +267,15 @@ class Kubelets:
             name = pod["spec"]["nodeName"]
             if name in blocked:
                 continue
-            node, rejected = self.nodes[name], ""
+            node = self.nodes[name]
             try:
                 ok = node.admit(pod)
             except Rejected as e:
-                ok, rejected = True, str(e)
+                node.reject(pod, str(e))
+                ok = True
             except Exception as e:
                 log.warning("%s/%s: %s", pod["metadata"]["namespace"], pod["metadata"]["name"], e)
                 ok = False
-            if rejected:
-                try:
-                    node.reject(pod, rejected)
-                except Exception as e:
-                    log.warning("%s/%s: rejection not written: %s", pod["metadata"]["namespace"],
-                                pod["metadata"]["name"], e)
             with self.lock:
                 if ok:
                     self.waiting.pop(uid, None)

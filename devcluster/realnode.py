@@ -31,9 +31,8 @@ PROCS = ("daemon", "plugin", "kubelet")
 
 class RealNode:
     def __init__(self, kubeconfig: Path, name: str, logs: Path, gpus: int = 2, model: str = "A100-80GB",
-                 split: int = 10, handoff_key_file: Path | None = None, taints: list[dict] | None = None):
+                 split: int = 10, handoff_key_file: Path | None = None):
         self.kubeconfig, self.name, self.logs = Path(kubeconfig), name, Path(logs)
-        self.taints = taints  # the node's own taints (None: none), in place of the not-ready one
         self.plugin_args = ["--handoff-key-file", str(handoff_key_file)] if handoff_key_file else []
         self.dir = Path(tempfile.mkdtemp(prefix="fgpu-rn-", dir="/tmp"))  # short: unix socket paths <= 107 bytes
         self.plugin_dir, self.socket = self.dir / "dp", self.dir / "run" / "daemon.sock"
@@ -62,7 +61,7 @@ class RealNode:
         core.create_node({"metadata": {"name": self.name, "labels": {
             "kubernetes.io/hostname": self.name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}}})
         self._ready(core)
-        core.patch_node(self.name, {"spec": {"taints": self.taints}})  # replaces the not-ready taint of a new node
+        core.patch_node(self.name, {"spec": {"taints": None}})  # the not-ready taint every new node gets
         threading.Thread(target=self._heartbeat, args=(core,), daemon=True).start()
 
     def _ready(self, core) -> None:

@@ -42,6 +42,11 @@ class PodView:
     terminating: bool = False  # deletionTimestamp set: the kubelet admits it no more
     version: int = 0  # resourceVersion of this view (orders two views of one pod)
 
+    @property
+    def admissible(self) -> bool:
+        """Pending and not being deleted: a pod the kubelet may still admit."""
+        return self.phase == "Pending" and not self.terminating
+
     def order(self) -> tuple[int, str, str, str, str]:
         """The kubelet's admission order: arrival, then (arrival unknown or equal) assignment and creation."""
         return (self.arrived, self.annotations.get(ASSIGNED_AT, ""), self.created, self.namespace, self.name)
@@ -89,7 +94,7 @@ def find_assignment(pods: Iterable[PodView], node: str, device_count: int,
     `refused` why its hand-off is not the scheduler's."""
     best: tuple[tuple, PodView, ContainerAssignment, Assignment] | None = None
     for pod in pods:  # one pass, no sort: Allocate runs this on every call with ~100 pods
-        if pod.node_name != node or pod.phase != "Pending" or pod.terminating or ASSIGNMENT not in pod.annotations:
+        if pod.node_name != node or not pod.admissible or ASSIGNMENT not in pod.annotations:
             continue
         key = pod.order()
         if best is not None and key >= best[0]:

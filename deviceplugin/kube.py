@@ -49,21 +49,17 @@ def pod_view(obj: dict, arrived: int | None = None) -> PodView:
         namespace=meta.get("namespace", ""), name=meta.get("name", ""), uid=meta.get("uid", ""),
         node_name=spec.get("nodeName", "") or "", phase=status.get("phase", "") or "",
         annotations=dict(meta.get("annotations") or {}), created=meta.get("creationTimestamp", "") or "",
-        arrived=_revision(meta) if arrived is None else arrived, terminating=bool(meta.get("deletionTimestamp")),
-        version=_revision(meta),
+        arrived=revision(meta) if arrived is None else arrived, terminating=bool(meta.get("deletionTimestamp")),
+        version=revision(meta),
     )
 
 
-def _revision(meta: dict) -> int:
+def revision(meta: dict) -> int:
     """resourceVersion as a number (etcd's revision, which orders every write); 0 when it is not one."""
     try:
         return int(meta.get("resourceVersion") or 0)
     except ValueError:
         return 0
-
-
-def _pending(pod: PodView) -> bool:
-    return pod.phase == "Pending" and not pod.terminating
 
 
 class KubePods:
@@ -103,7 +99,7 @@ class KubePods:
             known = {uid: p.arrived for uid, p in self._pods.items()}
             views = (pod_view(item, known.get((item.get("metadata") or {}).get("uid", "")))
                      for item in doc.get("items", []))
-            self._pods = {p.uid: p for p in views if _pending(p)}
+            self._pods = {p.uid: p for p in views if p.admissible}
             self._rv = doc.get("metadata", {}).get("resourceVersion", "")
             self._synced = True
 
@@ -132,7 +128,7 @@ class KubePods:
             if cached is None:  # the watch has removed it meanwhile
                 return None
             current = None if obj is None else pod_view(obj, pod.arrived)
-            if current is None or current.uid != pod.uid or current.node_name != self.node or not _pending(current):
+            if current is None or current.uid != pod.uid or current.node_name != self.node or not current.admissible:
                 self._pods.pop(pod.uid, None)
                 return None
             if current.version >= cached.version:  # (a watch event newer than this read may have landed)
@@ -143,7 +139,7 @@ class KubePods:
         with self._lock:
             known = self._pods.get((obj.get("metadata") or {}).get("uid", ""))
             pod = pod_view(obj, known.arrived if known else None)
-            if kind == "DELETED" or not _pending(pod):
+            if kind == "DELETED" or not pod.admissible:
                 self._pods.pop(pod.uid, None)
             else:
                 self._pods[pod.uid] = pod

@@ -51,7 +51,6 @@ from operator_proc import share_pod, start_operator, stop
 from devcluster.contexts import WorkloadProc
 from devcluster.realnode import RealNode
 from fgpu_contracts import keys
-from fgpu_contracts.request import dump_request, load_request
 
 NODE_KINDS = ("plugin-restart", "kubelet-restart", "daemon-restart")  # on the real node's processes
 KINDS = ("operator-sigkill", "leader-kill", "apiserver-restart", "etcd-restart", "conflicts", "gpu-unhealthy",
@@ -115,16 +114,6 @@ class Report:
         return statistics.quantiles(values, n=100, method="inclusive")[98]
 
 
-def churn_pod(name: str, milli: int, avoid: tuple[str, ...]) -> dict:
-    """A fractional pod of the churn, kept off the GPUs in `avoid` (fgpu.io/request's exclude_uuids)."""
-    pod = share_pod(name, milli)
-    if avoid:
-        notes = pod["metadata"]["annotations"]
-        notes[keys.REQUEST] = dump_request(load_request(notes[keys.REQUEST]).model_copy(
-            update={"exclude_uuids": avoid}))
-    return pod
-
-
 class Churn:
     """Creates pods at a steady rate and deletes each `lifetime_s` later; a watch records when each is bound
     and what it was given. Survives the apiserver going away (creates then fail and are counted)."""
@@ -170,7 +159,7 @@ class Churn:
     def _create(self, name: str, milli: int) -> None:
         sent = time.monotonic()
         try:
-            self.core.create_namespaced_pod(self.namespace, churn_pod(name, milli, self.avoid), _request_timeout=10)
+            self.core.create_namespaced_pod(self.namespace, share_pod(name, milli, exclude_uuids=self.avoid), _request_timeout=10)
         except Exception:  # the apiserver is down or slow: a fault, counted
             with self._lock:
                 self.create_errors += 1
@@ -524,6 +513,12 @@ class Rig:
                                    to=(record["namespace"], record["pod"], record["container"]))
         return out + handed_from_daemon_metrics(REAL, self._scrape())
 
+    def _read(self) -> tuple[list[dict], list, list]:
+        """The pods, with what the real node handed out read just before and just after them."""
+        before = self._handed() if self.real else []
+        pods = self._pods()
+        return pods, before, self._handed() if self.real else []
+
     def _delete_pod(self, name: str) -> None:
         from kubernetes import client
 
@@ -548,21 +543,19 @@ class Rig:
         # What the real node handed out is read before the pods and checked against them: a grant made after the
         # pods were read may be for a pod they show not yet bound. Read again after the pods, it only clears a
         # pod's "handed nothing": a grant made or dropped while the pods are read is in one of the two reads.
-        before = self._handed() if self.real else []
-        pods = self._pods()
+        pods, before, after = self._read()
         out = list(check(nodes, pods, grants={REAL: before} if self.real else None).violations)
-        if any(HANDED_NOTHING in v for v in out):
-            both = check(nodes, pods, grants={REAL: before + self._handed()}).violations
-            out = [v for v in out if HANDED_NOTHING not in v or v in both]
-        if any(HANDED_NOTHING in v for v in out):
+        out = _still_handed_nothing(out, lambda: check(nodes, pods, grants={REAL: before + after}).violations)
+
+        def later() -> list[str]:
             # the plugin marks a container allocated before it answers the kubelet, which then writes its record:
             # a pod read between the two looks handed nothing. Read again once that hand-off has landed; what is
             # still missing then is a real violation.
             time.sleep(HANDOFF_IN_FLIGHT_S)
-            before = self._handed()
-            pods_again = self._pods()
-            again = check(nodes, pods_again, grants={REAL: before + self._handed()}).violations
-            out = [v for v in out if HANDED_NOTHING not in v or v in again]
+            pods, before, after = self._read()
+            return check(nodes, pods, grants={REAL: before + after}).violations
+
+        out = _still_handed_nothing(out, later)
         churn = self.churn
         if churn is not None:
             with churn._lock:
@@ -606,6 +599,14 @@ class Rig:
                     except ApiException as e:
                         if e.status != 404:  # already gone (node-deleted), or no GPUNode CRD installed
                             raise
+
+
+def _still_handed_nothing(found: list[str], recheck: Callable[[], list[str]]) -> list[str]:
+    """`found` less the "handed nothing" violations that `recheck` no longer finds (run only if there are any)."""
+    if not any(HANDED_NOTHING in v for v in found):
+        return found
+    again = recheck()
+    return [v for v in found if HANDED_NOTHING not in v or v in again]
 
 
 def _uuids(pod: dict) -> set[str]:
