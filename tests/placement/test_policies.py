@@ -1,6 +1,8 @@
 """Policy scores follow the FGD simulator's formulas (hand-computed), and FGD prefers filling partial GPUs."""
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from fgpu_operator.placement import Cluster, Framework, NodeSpec, PlacementInputError, Request, TargetWorkload
 from fgpu_operator.placement.policies import POLICY_NAMES, make_policy
 
@@ -64,3 +66,15 @@ def test_fgpu_sends_cpu_only_pods_where_no_whole_gpu_would_be_stranded():
         fw.release(placed)
     fgd = Framework(c, make_policy("fgd", w), np.random.default_rng(0), node_order=np.array([0, 1]))
     assert fgd.schedule(Request("cpu", 4000)).node == 0  # FGD: first node in the tie order
+
+
+@given(st.lists(st.lists(st.sampled_from([0, 100, 300, 500, 1000]), min_size=1, max_size=8).map(tuple),
+                min_size=1, max_size=6).filter(lambda rows: len({len(r) for r in rows}) == 1))
+@settings(max_examples=200, deadline=None)
+def test_fgd_tries_only_the_first_gpu_of_each_distinct_room(rows):
+    """A GPU whose room repeats an earlier GPU's on its node is skipped; the first of each room is kept."""
+    from fgpu_operator.placement.policies.fgd import _repeats_earlier
+
+    left = np.array(rows, dtype=np.int32)
+    expected = [[row[j] in row[:j] for j in range(len(row))] for row in rows]
+    assert _repeats_earlier(left).tolist() == expected
