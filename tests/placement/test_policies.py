@@ -1,10 +1,10 @@
 """Policy scores follow the FGD simulator's formulas (hand-computed), and FGD prefers filling partial GPUs."""
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from fgpu_operator.placement import Cluster, Framework, NodeSpec, PlacementInputError, Request, TargetWorkload
 from fgpu_operator.placement.policies import POLICY_NAMES, make_policy
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def cluster():
