@@ -6,7 +6,9 @@ e2e tests (tests/e2e/operator_proc.py). In order:
 
 1. Small case (skip with --no-small, run alone with --small): 1,000 fractional pods on 100 nodes through fgpu,
    at the operator's own client limits (QPS 500 / burst 1000), created as fast as the creator can: the time
-   from the first create to the last bind.
+   from the first create to the last bind. Twice: pods already routed and sized (`fgpu.io/request`,
+   schedulerName, device resource, as the big runs' pods), then pods as users write them (`fgpu.io/gpu-fraction`
+   only), which the operator's admission webhook normalises on create (the apiserver calls it over TLS).
 2. The rest of --nodes is added. For each --settings entry, fgpu and then kube-scheduler, each with that
    client QPS/burst, each for every --modes entry, --pods pods a run:
    - fgpu: fractional pods (shares cycling through SHARES milli-GPU; `fgpu.io/request`, schedulerName
@@ -172,7 +174,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.small_nodes, args.small_pods = min(sizes["small_nodes"], args.nodes), sizes["small_pods"]
     if args.small:
         args.nodes = args.small_nodes
-    if args.pods > args.nodes * args.gpus_per_node:
+    if not args.small and args.pods > args.nodes * args.gpus_per_node:  # --small runs no whole-GPU pods
         ap.error(f"argument --pods: {args.pods} whole-GPU pods do not fit {args.nodes} nodes x "
                  f"{args.gpus_per_node} GPUs; allowed: at most {args.nodes * args.gpus_per_node}")
     return args
@@ -183,6 +185,17 @@ def fgpu_pod(i: int) -> dict:
     from operator_proc import share_pod
 
     return share_pod(f"p{i}", SHARES[i % len(SHARES)])
+
+
+def user_pod(i: int) -> dict:
+    """A fractional pod as a user writes it (`fgpu.io/gpu-fraction`, nothing else): the admission webhook routes
+    it to fgpu and writes its request and device resource."""
+    from fgpu_contracts import keys
+
+    milli = SHARES[i % len(SHARES)]
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"p{i}", "annotations": {keys.FGPU_FRACTION: f"{milli / 1000:g}"}},
+            "spec": {"containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "100m"}}}]}}
 
 
 def kube_pod(i: int) -> dict:
@@ -355,6 +368,7 @@ class Bench:
         self.nodes: list[str] = []
         self.slots = 0  # the nvidia.com/gpu the nodes advertise now
         self.operator = None
+        self.webhook = False  # the running operator registered its admission webhook
         self.metrics_port = 0  # the running operator's --metrics-port
         self.runs: list[dict] = []
         self.serial = 0
@@ -386,10 +400,11 @@ class Bench:
         self.slots = slots
 
     # -- schedulers
-    def start(self, scheduler: str, setting: Setting | None) -> int:
-        """Start one scheduler (fgpu: the operator; setting None: its own defaults); its pid."""
+    def start(self, scheduler: str, setting: Setting | None, webhook: bool = False) -> int:
+        """Start one scheduler (fgpu: the operator; setting None: its own defaults; `webhook`: serving its
+        admission webhook too, registered with the apiserver); its pid."""
         if scheduler == "fgpu":
-            from operator_proc import start_operator
+            from operator_proc import start_operator, wait_webhook_live
 
             self.set_slots(SLOTS_PER_GPU * self.args.gpus_per_node)
             from devcluster.kubeplane import free_port
@@ -397,9 +412,17 @@ class Bench:
             self.metrics_port = free_port()
             extra = [*(setting.fgpu_args() if setting else []), "--metrics-port", str(self.metrics_port),
                      *self.args.fgpu_args.split()]
+            if webhook:
+                extra += ["--webhook-port", str(free_port()), "--webhook-host", "127.0.0.1", "--manage-webhook-config"]
             self.operator = start_operator(self.plane, self.workdir, *extra, policy=self.args.policy,
                                            log_name=f"operator-{self.serial}.log")
             pid = self.operator.pid
+            if webhook:
+                from kubernetes import client
+
+                self.webhook = True
+                with self.plane.api() as api:
+                    wait_webhook_live(client.CoreV1Api(api), "default")
         else:
             self.set_slots(self.args.gpus_per_node)
             self.plane.start_scheduler(setting.qps, setting.burst)
@@ -413,13 +436,23 @@ class Bench:
         if self.operator is not None:
             stop(self.operator)
             self.operator = None
+        if self.webhook:  # a registered webhook nobody serves would refuse the next runs' pods
+            from fgpu_operator.controller.handlers import MANAGED_WEBHOOKS
+            from kubernetes import client
+
+            with self.plane.api() as api:
+                reg = client.AdmissionregistrationV1Api(api)
+                for delete in (reg.delete_mutating_webhook_configuration, reg.delete_validating_webhook_configuration):
+                    with contextlib.suppress(client.ApiException):
+                        delete(MANAGED_WEBHOOKS)
+            self.webhook = False
         self.plane.stop_component("kube-scheduler")
 
     # -- one run
-    def run(self, scheduler: str, pid: int, setting_label: str, mode: str, pods: int) -> dict:
+    def run(self, scheduler: str, pid: int, setting_label: str, mode: str, pods: int, make_pod=None) -> dict:
         self.serial += 1
         namespace = self.plane.create_namespace(f"bench-{self.serial}-{scheduler}-{mode}")
-        bodies = [(fgpu_pod if scheduler == "fgpu" else kube_pod)(i) for i in range(pods)]
+        bodies = [(make_pod or (fgpu_pod if scheduler == "fgpu" else kube_pod))(i) for i in range(pods)]
         label = f"{scheduler} {setting_label} {mode}"
         others = {name: self.plane.pid(name) for name in ("kube-apiserver", "etcd", "kwok")}
         pids = {"scheduler": pid, **others, "bench": os.getpid()}
@@ -616,7 +649,8 @@ def targets(rows: list[dict], args: argparse.Namespace) -> list[tuple[str, str, 
     for r in rows:
         if r.get("case") == "small":
             ok = r["bound"] == r["pods"] and r["seconds"] < 30
-            out.append((f"{r['pods']} pods on {r['nodes']} nodes bound < 30 s",
+            how = "through the admission webhook" if "webhook" in r["setting"] else "pods routed and sized already"
+            out.append((f"{r['pods']} pods on {r['nodes']} nodes bound < 30 s ({how})",
                         f"{r['bound']} bound in {r['seconds']:.1f} s ({timing(r)})", "yes" if ok else "NO"))
     return out
 
@@ -699,6 +733,11 @@ def main() -> int:
             bench.add_nodes(args.small_nodes)
             pid = bench.start("fgpu", None)
             row = bench.run("fgpu", pid, "own default (500/1000)", "fast", args.small_pods)
+            row["case"] = "small"
+            bench.stop()
+            pid = bench.start("fgpu", None, webhook=True)  # the same pods as users write them
+            row = bench.run("fgpu", pid, "own default (500/1000), through the webhook", "fast", args.small_pods,
+                            make_pod=user_pod)
             row["case"] = "small"
             bench.stop()
         if not args.small:

@@ -57,6 +57,8 @@ class OperatorConfig:
     handoff_key: bytes | None = None  # --handoff-key-file's key: signs every assignment (None: unsigned)
 
 
+#: The name of the (Mutating|Validating)WebhookConfiguration that --manage-webhook-config has Kopf write.
+MANAGED_WEBHOOKS = "fgpu.io"
 #: Set by `run` before Kopf starts (Kopf handlers are module-level functions).
 CONFIG = OperatorConfig()
 #: The registry `run` serves on --metrics-port (None: not served; `start` then keeps an unserved one).
@@ -93,7 +95,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     if CONFIG.webhook_port:
         settings.admission.server = _webhook_server()
         if CONFIG.manage_webhook_config:
-            settings.admission.managed = "fgpu.io"
+            settings.admission.managed = MANAGED_WEBHOOKS
     creds = kubeconfig.load(CONFIG.kubeconfig)
     limits = Limits(qps=CONFIG.qps, burst=CONFIG.burst, max_in_flight=CONFIG.binds_in_flight)
     memo.api = ApiSession(creds, limits)
