@@ -48,7 +48,6 @@ def cluster_config(config: AdmissionConfig, largest_gpu_mib: int) -> AdmissionCo
     return config.model_copy(update={"max_gpu_memory_bytes": largest_gpu_mib << 20})
 
 
-@kopf.on.mutate("", "v1", "pods", id="fgpu-request", operations=["CREATE"], side_effects=False)
 def normalise_pod(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_) -> None:
     """Parse any accepted spelling into `fgpu.io/request`, route the pod to fgpu's scheduler, make its
     resources what a real kubelet will admit; deny a bad request with one line."""
@@ -69,10 +68,9 @@ def normalise_pod(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_) -> N
         _count(memo, "mutate", "denied")
         raise kopf.AdmissionError(str(err), code=400) from None
     _count(memo, "mutate", "mutated" if ops else "allowed", request.source)
-    _touched(pod, jsonpatch.apply_patch(pod, ops), patch)
+    _touched(dict(body), jsonpatch.apply_patch(pod, ops, in_place=True), patch)  # `pod` is our own copy
 
 
-@kopf.on.validate("", "v1", "pods", id="fgpu-handoff", operations=["UPDATE"], side_effects=False)
 def protect_handoff(body: kopf.Body, old: kopf.BodyEssence | None, userinfo: dict, memo: kopf.Memo | None = None,
                     **_) -> None:
     """No pod can change its own allocation: only fgpu's components may edit the hand-off annotations."""
@@ -86,3 +84,15 @@ def protect_handoff(body: kopf.Body, old: kopf.BodyEssence | None, userinfo: dic
     if changed:
         raise kopf.AdmissionError(f"metadata.annotations[{changed[0]}]: set by fgpu's scheduler and device "
                                   "plugin only; a pod cannot change its own GPU allocation", code=403)
+
+
+# Kopf runs a plain function in its thread pool: a hand-off to a thread and back for every admission call, for work
+# that is brief and CPU-bound anyway. Registered as coroutines, the two run on the operator's loop.
+@kopf.on.mutate("", "v1", "pods", id="fgpu-request", operations=["CREATE"], side_effects=False)
+async def _normalise_on_loop(**kwargs) -> None:
+    normalise_pod(**kwargs)
+
+
+@kopf.on.validate("", "v1", "pods", id="fgpu-handoff", operations=["UPDATE"], side_effects=False)
+async def _protect_on_loop(**kwargs) -> None:
+    protect_handoff(**kwargs)
