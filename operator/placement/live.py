@@ -170,8 +170,7 @@ class LiveCluster:
     # --- reading ----------------------------------------------------------------------------------------
     def largest_gpu_mib(self) -> int:
         """Memory (MiB) of the largest GPU any node has, healthy or not (0 while no node has a GPU): the
-        admission webhook refuses a per-device memory request above it. Reads a snapshot of the nodes, so the
-        webhook may call it from Kopf's handler thread."""
+        admission webhook refuses a per-device memory request above it. Cached until a node changes."""
         seen, largest = self._largest_gpu_mib
         if seen != self._node_changes:
             seen, specs = self._node_changes, list(self.specs.values())
