@@ -649,7 +649,7 @@ def targets(rows: list[dict], args: argparse.Namespace) -> list[tuple[str, str, 
     for r in rows:
         if r.get("case") == "small":
             ok = r["bound"] == r["pods"] and r["seconds"] < 30
-            how = "through the admission webhook" if "webhook" in r["setting"] else "pods routed and sized already"
+            how = "through the admission webhook" if r.get("webhook") else "pods routed and sized already"
             out.append((f"{r['pods']} pods on {r['nodes']} nodes bound < 30 s ({how})",
                         f"{r['bound']} bound in {r['seconds']:.1f} s ({timing(r)})", "yes" if ok else "NO"))
     return out
@@ -737,15 +737,12 @@ def main() -> int:
         plane.start_kwok(node_stages_only(plane, workdir) if args.no_pod_stages else None)
         if not args.no_small:
             bench.add_nodes(args.small_nodes)
-            pid = bench.start("fgpu", None)
-            row = bench.run("fgpu", pid, "own default (500/1000)", "fast", args.small_pods)
-            row["case"] = "small"
-            bench.stop()
-            pid = bench.start("fgpu", None, webhook=True)  # the same pods as users write them
-            row = bench.run("fgpu", pid, "own default (500/1000), through the webhook", "fast", args.small_pods,
-                            make_pod=user_pod)
-            row["case"] = "small"
-            bench.stop()
+            for webhook in (False, True):  # then the same pods as users write them
+                pid = bench.start("fgpu", None, webhook=webhook)
+                label = "own default (500/1000)" + (", through the webhook" if webhook else "")
+                row = bench.run("fgpu", pid, label, "fast", args.small_pods, make_pod=user_pod if webhook else None)
+                row.update(case="small", webhook=webhook)
+                bench.stop()
         if not args.small:
             bench.add_nodes(args.nodes)
             for setting in args.settings:
