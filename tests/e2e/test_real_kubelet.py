@@ -230,8 +230,16 @@ def _gpunode_allocations(k8s) -> list[dict]:
 
 
 def test_node_registers_and_advertises_the_plugins_devices(real_node, stack, core):
-    node = wait_for(lambda: (n := _node(core))["status"]["capacity"].get(RESOURCE) == "1" and n, 60,
-                    f"the kubelet to report the plugin's {RESOURCE} in the node's capacity",
+    names = stack.cfg.fractional.resources
+
+    def advertised():
+        """The kubelet reports the plugin's devices, and the plugin has patched its accounting resources onto
+        the node status: two writers, in no fixed order (the plugin retries every 5 s until the kubelet has
+        registered the node)."""
+        capacity = (n := _node(core))["status"]["capacity"]
+        return capacity.get(RESOURCE) == "1" and names.memory in capacity and n
+
+    node = wait_for(advertised, 60, f"the kubelet to report {RESOURCE} and the plugin {names.memory}",
                     show=lambda: _node(core)["status"]["capacity"])
     status = node["status"]
     assert status["allocatable"][RESOURCE] == "1"  # one GPU, splitCount 1: one vGPU slot
@@ -248,7 +256,6 @@ def test_node_registers_and_advertises_the_plugins_devices(real_node, stack, cor
     # the plugin published the node's fractional inventory and accounting resources next to the kubelet's own
     assert keys.INVENTORY in node["metadata"]["annotations"]
     cfg = stack.cfg
-    names = cfg.fractional.resources
     assert status["capacity"][names.memory] == str(cfg.gpu_devices(NODE)[0].spec.mem_bytes >> 20)
     assert status["capacity"][names.cores] == "100"
     # and the kubelet recorded the plugin's devices in its checkpoint
