@@ -60,7 +60,8 @@ def test_over_quota_workload_ooms_neighbour_keeps_running(kubelet, run_plugin, d
     assert envs[0]["NVIDIA_VISIBLE_DEVICES"] == envs[1]["NVIDIA_VISIBLE_DEVICES"]  # same GPU, two replicas
     quota_mib = int(envs[0]["CUDA_DEVICE_MEMORY_LIMIT_0"].removesuffix("m"))
 
-    neighbour = _simgpu("run", "--workload", "memory", "--duration", "4", "--report-every", "1", "--json",
+    # long enough to outlive the greedy one's start-up and refusal on a loaded machine (4 s left ~3 s of slack)
+    neighbour = _simgpu("run", "--workload", "memory", "--duration", "10", "--report-every", "1", "--json",
                         "--mem", "1GiB", env=envs[1])
     time.sleep(1.0)
     greedy = _simgpu("run", "--workload", "memory", "--iterations", "1", "--mem", f"{quota_mib + 1024}MiB",

@@ -70,6 +70,13 @@ def pod_refused(core, namespace: str) -> str | None:
     return None
 
 
+def webhook_called(core, namespace: str) -> None:
+    """Wait until the apiserver calls the chart's webhook (nobody serves it here, so the call fails and the pod
+    is refused): its informer sees a new configuration a moment after the write."""
+    wait_for(lambda: "failed calling webhook" in (pod_refused(core, namespace) or ""),
+             what="the apiserver to call the chart's webhook", show=lambda: pod_refused(core, namespace))
+
+
 def ensure_default_service_account(core, namespace: str) -> None:
     try:
         core.create_namespaced_service_account(namespace, {"metadata": {"name": "default"}})
@@ -209,7 +216,7 @@ def test_rendered_manifests_apply_and_the_service_accounts_can_do_exactly_their_
 
             # the webhooks: refused where they apply (no endpoint answers), never in kube-system or the release's
             ensure_default_service_account(core, "kube-system")  # else the pod is refused before any webhook
-            assert "failed calling webhook" in (pod_refused(core, other) or ""), "webhook not active"
+            webhook_called(core, other)
             assert pod_refused(core, "kube-system") is None
             assert pod_refused(core, ns) is None
 
@@ -293,7 +300,7 @@ def test_helm_install_upgrade_and_uninstall_leave_no_webhook_behind(k8s):
             secret = core.read_namespaced_secret(f"{release}-webhook", ns).data
             bundle = hooks()[0].webhooks[0].client_config.ca_bundle
             assert base64.b64decode(bundle) == base64.b64decode(secret["ca.crt"])
-            assert "failed calling webhook" in (pod_refused(core, other) or "")
+            webhook_called(core, other)
             handoff_key = core.read_namespaced_secret(f"{release}-handoff-key", ns).data
 
             helm("upgrade", release, str(ROOT / "charts" / "fgpu"), *args, "--set", "operator.qps=200",
@@ -307,7 +314,9 @@ def test_helm_install_upgrade_and_uninstall_leave_no_webhook_behind(k8s):
 
             helm("uninstall", release, "--namespace", ns, "--wait", kubeconfig=k8s.kubeconfig)
             assert hooks() == []
-            assert pod_refused(core, other) is None  # nothing left that blocks pod creation
+            # nothing left that blocks pod creation, once the apiserver's informer has dropped the configurations
+            wait_for(lambda: pod_refused(core, other) is None, what="pods admitted again after the uninstall",
+                     show=lambda: pod_refused(core, other))
             rbac = client.RbacAuthorizationV1Api(api)
             assert not rbac.list_cluster_role(label_selector=selector).items
             assert not rbac.list_cluster_role_binding(label_selector=selector).items

@@ -62,8 +62,10 @@ def test_fractional_pods_packed_bound_atomically_pending_explained_then_placed(
         late = wait_for(lambda: condition("late"), what="late's condition")
         assert late.message == "0/1 nodes are available: 1 Insufficient GPU."
         assert condition("big").message == memory  # not re-explained as full: it never fit
-        events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=late").items
-        assert any(e.reason == "FailedScheduling" and e.message == late.message for e in events)
+        # the Event is posted after the condition is written, on the operator's side session: wait for it too
+        wait_for(lambda: any(e.reason == "FailedScheduling" and e.message == late.message for e in
+                             core.list_namespaced_event(namespace, field_selector="involvedObject.name=late").items),
+                 what="late's FailedScheduling event")
 
         core.delete_namespaced_pod("s0", namespace, grace_period_seconds=0)
         node = wait_for(lambda: core.read_namespaced_pod("late", namespace).spec.node_name,

@@ -101,10 +101,12 @@ def test_gpunode_inventory_policy_crd_and_status(k8s, crd_cluster, namespace, tm
 
             core.patch_node("crd-a", {"spec": {"unschedulable": True}})
             core.delete_namespaced_pod(on_a[0], namespace, grace_period_seconds=0)
-            status = wait_for(lambda: (s := gpunode_status(custom, "crd-a")).get("allocatedPods") == 1 and s,
-                              what="crd-a's status after a deletion", show=lambda: gpunode_status(custom, "crd-a"))
+            # the cordon and the deletion reach the operator on two watches, in either order: wait for both
+            status = wait_for(lambda: ((s := gpunode_status(custom, "crd-a")).get("allocatedPods") == 1
+                                       and s["conditions"][0]["reason"] == "Cordoned" and s),
+                              what="crd-a's status after a deletion, cordoned",
+                              show=lambda: gpunode_status(custom, "crd-a"))
             assert [a["pod"] for a in status["allocations"]] == on_a[1:]
-            assert status["conditions"][0]["reason"] == "Cordoned"
 
             # The cluster's policy changed live: binpack now, so the next two shares land on one GPU.
             custom.patch_cluster_custom_object(GROUP, VERSION, keys.SCHEDULING_POLICY_PLURAL, "default",

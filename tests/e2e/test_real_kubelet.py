@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 from kubelet_proc import CHECKPOINT, DEVICE_PLUGIN_DIR, TAINT, NodeSetupError, RealNode, node_dir
-from operator_proc import install_crds, start_operator, stop
+from operator_proc import install_crds, start_operator, stop, wait_webhook_live
 from polling import wait_for
 
 from devcluster.fgpu import HANDOFF_KEY_FLAG, handoff_key_file
@@ -103,6 +103,10 @@ class Stack:
         # only trusted users may write the hand-off annotations, so trust it as the chart would.
         self.operator = start_operator(self.k8s, self.logdir, "--webhook-port", str(free_port()), "--webhook-host",
                                        "127.0.0.1", "--manage-webhook-config", "--trusted-user", "admin")
+        from kubernetes import client
+
+        with self.k8s.api() as api:  # Kopf writes the webhook configuration after start-up; the apiserver's
+            wait_webhook_live(client.CoreV1Api(api), "default")  # informer sees it later still
 
     def stop(self) -> None:
         if self.operator is not None:
@@ -232,15 +236,21 @@ def _gpunode_allocations(k8s) -> list[dict]:
 def test_node_registers_and_advertises_the_plugins_devices(real_node, stack, core):
     names = stack.cfg.fractional.resources
 
+    def checkpointed() -> dict:
+        try:
+            return json.loads(CHECKPOINT.read_text())["Data"]["RegisteredDevices"]
+        except (FileNotFoundError, json.JSONDecodeError, KeyError):
+            return {}
+
     def advertised():
-        """The kubelet reports the plugin's devices, and the plugin has patched its accounting resources onto
-        the node status: two writers, in no fixed order (the plugin retries every 5 s until the kubelet has
-        registered the node)."""
+        """The kubelet reports the plugin's devices (and writes its checkpoint just after, from memory), and
+        the plugin has patched its accounting resources onto the node status: writers in no fixed order (the
+        plugin retries every 5 s until the kubelet has registered the node)."""
         capacity = (n := _node(core))["status"]["capacity"]
-        return capacity.get(RESOURCE) == "1" and names.memory in capacity and n
+        return capacity.get(RESOURCE) == "1" and names.memory in capacity and RESOURCE in checkpointed() and n
 
     node = wait_for(advertised, 60, f"the kubelet to report {RESOURCE} and the plugin {names.memory}",
-                    show=lambda: _node(core)["status"]["capacity"])
+                    show=lambda: (_node(core)["status"]["capacity"], checkpointed()))
     status = node["status"]
     assert status["allocatable"][RESOURCE] == "1"  # one GPU, splitCount 1: one vGPU slot
     info = status["nodeInfo"]
@@ -259,8 +269,7 @@ def test_node_registers_and_advertises_the_plugins_devices(real_node, stack, cor
     assert status["capacity"][names.memory] == str(cfg.gpu_devices(NODE)[0].spec.mem_bytes >> 20)
     assert status["capacity"][names.cores] == "100"
     # and the kubelet recorded the plugin's devices in its checkpoint
-    registered = json.loads(CHECKPOINT.read_text())["Data"]["RegisteredDevices"]
-    assert len(registered[RESOURCE]) == 1
+    assert len(checkpointed()[RESOURCE]) == 1
 
 
 def test_fractional_pod_runs_with_fgpu_env_and_socket(real_node, stack, core, k8s, namespace):
