@@ -1,9 +1,13 @@
 # fgpu — two commands: `make demo` and `make test` (see README.md).
 SHELL := /bin/bash
-PYTHON ?= python3
+# The operator image's Python where this machine has it (hack/python.sh), else python3; `make PYTHON=...` overrides.
+ifndef PYTHON
+PYTHON := $(shell hack/python.sh)
+endif
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+# one stamp per interpreter version: a venv built with another Python is rebuilt (venv --clear)
+STAMP := $(VENV)/.installed-py$(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
 FGPU_CACHE ?= $(HOME)/.cache/fgpu
 export FGPU_CACHE
 
@@ -11,7 +15,7 @@ export FGPU_CACHE
 
 $(STAMP): pyproject.toml setup.py
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "fgpu needs Python >= 3.11")'
-	$(PYTHON) -I -m venv $(VENV)
+	$(PYTHON) -I -m venv --clear $(VENV)
 	$(PY) -I -m pip install -q --upgrade pip
 	$(PY) -I -m pip install -q -e '.[test]'
 	@touch $(STAMP)

@@ -51,6 +51,7 @@ import contextlib
 import functools
 import json
 import os
+import platform
 import shutil
 import signal
 import statistics
@@ -699,7 +700,8 @@ def machine() -> dict:
     dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "operator"], capture_output=True,
                            text=True)
     return {"cpus": os.cpu_count(), "loadavg": os.getloadavg(), "git": rev.stdout.strip(),
-            "operator_changes": dirty.stdout.split("\n")[:-1]}
+            "operator_changes": dirty.stdout.split("\n")[:-1],
+            "python": platform.python_version()}  # the operator's and the pod creator's (this venv's)
 
 
 # ---- main -----------------------------------------------------------------------------------------------------
@@ -727,7 +729,8 @@ def main() -> int:
 
     began = time.perf_counter()
     info = machine()
-    log(f"{info['cpus']} CPUs, load average {' '.join(f'{x:.2f}' for x in info['loadavg'])}, git {info['git']}")
+    log(f"{info['cpus']} CPUs, load average {' '.join(f'{x:.2f}' for x in info['loadavg'])}, git {info['git']}, "
+        f"Python {info['python']}")
     workdir = Path(tempfile.mkdtemp(prefix="fgpu-bench-sched-"))
     plane = ControlPlane(find_testbin(os.environ.get("FGPU_TESTBIN")), workdir / "plane", workdir / "etcd")
     bench = Bench(plane, workdir, args)
@@ -771,7 +774,7 @@ def main() -> int:
     checks = targets(rows, args)
     print(f"\n{info['cpus']} CPUs shared with everything (and other users); load average at start "
           f"{info['loadavg'][0]:.2f}, at end {os.getloadavg()[0]:.2f}; {args.gpus_per_node} GPUs per node; "
-          f"fgpu policy {args.policy}; KWOK {'node stages only' if args.no_pod_stages else 'marks bound pods Running'}"
+          f"fgpu policy {args.policy}; operator and pod creator on Python {info['python']}; KWOK {'node stages only' if args.no_pod_stages else 'marks bound pods Running'}"
           f"; wall time {wall:.0f} s\n")
     print(results_table(rows))
     print("\nCPU during each run (share of one core; the machine has "
