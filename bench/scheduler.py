@@ -515,8 +515,9 @@ def settle(pid: int, idle: float = 0.35, step: float = 2.0, limit: float = 300.0
 def deletes_settled(plane, quiet: float = 5.0, step: float = 1.0, limit: float = 300.0) -> float:
     """Wait until the apiserver has served no pod DELETE for `quiet` s; the seconds that took, up to `limit`.
     KWOK's pod-delete stage answers every deleted pod with a DELETE of its own (a 404 by then: the bench deleted it
-    with grace 0), and a CPU-starved KWOK sends them minutes late: measured 2026-11-27 (apiserver audit log), 4,000
-    of them, half landing inside the next run and costing that run's scheduler the apiserver's and KWOK's CPU."""
+    with grace 0), and a CPU-starved KWOK sends them late: 4,000 for a 4,000-pod run (apiserver audit log,
+    2026-11-27), and in the full run before this wait 0.24-0.72 pod DELETEs per bound pod fell inside the next
+    run, taking the apiserver's and KWOK's CPU from that run's scheduler."""
     start = last_change = time.perf_counter()
     count = pod_deletes(plane)
     while time.perf_counter() - start < limit:
