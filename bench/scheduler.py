@@ -519,10 +519,10 @@ def deletes_settled(plane, quiet: float = 5.0, step: float = 1.0, limit: float =
     2026-11-27), and in the full run before this wait 0.24-0.72 pod DELETEs per bound pod fell inside the next
     run, taking the apiserver's and KWOK's CPU from that run's scheduler."""
     start = last_change = time.perf_counter()
-    count = pod_deletes(plane)
+    count = apiserver_writes(plane).get("DELETE pods", 0.0)
     while time.perf_counter() - start < limit:
         time.sleep(step)
-        now = pod_deletes(plane)
+        now = apiserver_writes(plane).get("DELETE pods", 0.0)
         if now != count:
             count, last_change = now, time.perf_counter()
         elif time.perf_counter() - last_change >= quiet:
@@ -530,33 +530,23 @@ def deletes_settled(plane, quiet: float = 5.0, step: float = 1.0, limit: float =
     return max(0.0, last_change - start)
 
 
-def pod_deletes(plane) -> float:
-    """Pod DELETEs the apiserver has served, any answer (a line scan: parsing the whole exposition every second
-    would take CPU from the KWOK it waits for)."""
-    total = 0.0
-    for line in plane.metrics_text().splitlines():
-        if (line.startswith("apiserver_request_total{") and 'verb="DELETE"' in line and 'resource="pods"' in line
-                and 'subresource=""' in line):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
-
-
 WRITE_VERBS = ("POST", "PUT", "PATCH", "APPLY", "DELETE")
 
 
 def apiserver_writes(plane) -> dict[str, float]:
     """The apiserver's own count of write requests it served, by `VERB resource[/subresource]`
-    (apiserver_request_total), so a run can say what each bound pod cost the apiserver."""
+    (apiserver_request_total), so a run can say what each bound pod cost the apiserver. Only that counter's lines
+    are parsed: the whole exposition (1.4 MB) takes 0.7 s of CPU to parse, and `deletes_settled` reads it every
+    second."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    text = plane.metrics_text()
+    text = "\n".join(line for line in plane.metrics_text().splitlines()
+                     if line.startswith("apiserver_request_total{"))
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
-        if family.name != "apiserver_request":
-            continue
         for sample in family.samples:
             labels = sample.labels
-            if sample.name != "apiserver_request_total" or labels.get("verb") not in WRITE_VERBS:
+            if labels.get("verb") not in WRITE_VERBS:
                 continue
             what = labels.get("resource", "") + (f"/{labels['subresource']}" if labels.get("subresource") else "")
             key = f"{labels['verb']} {what}"
