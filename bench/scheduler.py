@@ -459,6 +459,8 @@ class Bench:
         pids = {"scheduler": pid, **others, "bench": os.getpid()}
         cpu0 = {k: proc_cpu(p) for k, p in pids.items()}
         writes0 = apiserver_writes(self.plane)
+        dropped = "fgpu_scheduler_events_dropped_total"
+        dropped0 = operator_value(self.metrics_port, dropped) if scheduler == "fgpu" else 0.0
         log(f"run {self.serial}: {label}, {pods} pods on {len(self.nodes)} nodes")
         rate = self.args.rate if mode == "rate" else None
         trace = asyncio.run(run_pods(self.creds, namespace, bodies, rate, self.args.stall, label))
@@ -476,12 +478,25 @@ class Bench:
         deleted = time.perf_counter()
         if scheduler == "fgpu":  # its own word that every deletion was taken in: nothing allocated
             released(self.metrics_port)
+            row["events_dropped"] = operator_value(self.metrics_port, dropped) - dropped0
         busy = settle(pid)
         kwok = deletes_settled(self.plane)
         row.update(delete_s=deleted - start, busy_after_delete_s=busy, kwok_deletes_after_s=kwok)
         log(f"  pods deleted in {deleted - start:.1f} s; the scheduler was busy {busy:.1f} s more taking that in, "
             f"KWOK's own pod deletions ended {kwok:.1f} s after that")
         return row
+
+
+def operator_value(port: int, name: str) -> float:
+    """One unlabelled sample from the operator's /metrics (0 when it cannot be read)."""
+    import urllib.request
+
+    with contextlib.suppress(OSError):
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        for line in text.splitlines():
+            if line.startswith(f"{name} "):
+                return float(line.split()[-1])
+    return 0.0
 
 
 def released(port: int, limit: float = 600.0) -> None:
@@ -634,6 +649,8 @@ def writes_table(rows: list[dict]) -> str:
     for r in rows:
         w = r.get("writes_per_pod", {})
         detail = ", ".join(f"{k} {v:.2f}" for k, v in w.items() if v >= 0.005)
+        if r.get("events_dropped"):  # the operator's own count: Events its recorder's full backlog refused
+            detail += f"; {r['events_dropped']:.0f} pod Events dropped"
         out.append(f"| {r['scheduler']} {r['setting']} {r['mode']} | {sum(w.values()):.2f} | {detail} |")
     return "\n".join(out)
 

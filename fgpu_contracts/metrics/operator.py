@@ -39,6 +39,10 @@ METRICS: tuple[Metric, ...] = (
     _m("fgpu_scheduler_binds_total", "counter",
        "Binding writes by result: ok, conflict (bound by someone else), gone (pod deleted), unavailable or "
        "failed (retried), invalid, denied, not_leader (lost the lease before writing).", ("result",)),
+    _m("fgpu_scheduler_events_dropped_total", "counter",
+       "Pod Events (Scheduled, FailedScheduling, hand-off restores) not written because 1,000 writes were "
+       "already waiting, as client-go's event broadcaster drops when its queue is full; the pods themselves "
+       "are scheduled as ever."),
     _m("fgpu_scheduler_create_to_bound_seconds", "histogram",
        "From the pod's metadata.creationTimestamp (whole seconds, so up to 1 s long) to fgpu's successful "
        "Binding; pods restored after a restart or bound by another replica are not observed.",

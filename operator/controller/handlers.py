@@ -59,6 +59,9 @@ class OperatorConfig:
 
 #: The name of the (Mutating|Validating)WebhookConfiguration that --manage-webhook-config has Kopf write.
 MANAGED_WEBHOOKS = "fgpu.io"
+#: Event writes in flight at once (their QPS is the operator's --qps): enough for a burst's Scheduled events
+#: at ~100 ms per POST on a loaded apiserver, few enough that they cannot crowd out the binds' connections.
+EVENTS_IN_FLIGHT = 16
 #: Set by `run` before Kopf starts (Kopf handlers are module-level functions).
 CONFIG = OperatorConfig()
 #: The registry `run` serves on --metrics-port (None: not served; `start` then keeps an unserved one).
@@ -100,14 +103,19 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     limits = Limits(qps=CONFIG.qps, burst=CONFIG.burst, max_in_flight=CONFIG.binds_in_flight)
     memo.api = ApiSession(creds, limits)
     memo.api.open()
-    memo.side_api = ApiSession(creds, Limits(qps=50, burst=100, max_in_flight=8))  # events, lease: apart
-    memo.side_api.open()
+    # Events get a client of their own at the same QPS, as kube-scheduler's event client has: at QPS 50 a
+    # burst of binds outran them and the recorder's backlog dropped Scheduled events.
+    memo.events_api = ApiSession(creds, Limits(qps=CONFIG.qps, burst=CONFIG.burst, max_in_flight=EVENTS_IN_FLIGHT))
+    memo.events_api.open()
+    memo.lease_api = ApiSession(creds, Limits(qps=5, burst=10, max_in_flight=2))  # never queued behind events
+    memo.lease_api.open()
     identity = CONFIG.identity or default_identity()
     memo.metrics = METRICS or OperatorMetrics()
-    memo.events = EventRecorder(memo.side_api, instance=identity)  # which replica decided, on every Event
+    memo.events = EventRecorder(memo.events_api, instance=identity,  # which replica decided, on every Event
+                                on_drop=memo.metrics.event_dropped)
     elector = None
     if CONFIG.leader_elect:
-        elector = LeaderElector(memo.side_api, CONFIG.lease_name, CONFIG.lease_namespace, identity)
+        elector = LeaderElector(memo.lease_api, CONFIG.lease_name, CONFIG.lease_namespace, identity)
     memo.elector = elector
     memo.scheduler = Scheduler(LiveCluster(policy=CONFIG.policy), memo.api, memo.events,
                                is_leader=(lambda: elector.is_leader) if elector else (lambda: True),
@@ -201,7 +209,7 @@ async def stop(memo: kopf.Memo, **_) -> None:
     if getattr(memo, "events", None) is not None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(memo.events.aclose(), SHUTDOWN_GRACE_S)
-    for name in ("api", "side_api", "status_api"):
+    for name in ("api", "events_api", "lease_api", "status_api"):
         if getattr(memo, name, None) is not None:
             await getattr(memo, name).close()
 

@@ -95,6 +95,7 @@ class OperatorMetrics:
         self._binds = _counter("fgpu_scheduler_binds_total", self.registry)
         self._latency = _histogram("fgpu_scheduler_create_to_bound_seconds", self.registry)
         self._admissions = _counter("fgpu_webhook_admissions_total", self.registry)
+        self._events_dropped = _counter("fgpu_scheduler_events_dropped_total", self.registry)
         self._children: dict[tuple, object] = {}
         # Every outcome's series exists from the start at 0: one first seen at 1 hides that increment from
         # rate() and increase(), so the first bind conflict or the first pod of a reason would never show.
@@ -127,6 +128,9 @@ class OperatorMetrics:
             created = parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
             if created is not None:
                 self._latency.observe(max(0.0, time.time() - created.timestamp()))
+
+    def event_dropped(self) -> None:
+        self._events_dropped.inc()
 
     def admission(self, webhook: str, outcome: str, source: str = "") -> None:
         self._child(self._admissions, webhook, outcome, source).inc()

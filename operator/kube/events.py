@@ -11,6 +11,7 @@ import asyncio
 import secrets
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..objects import timestamp
@@ -47,10 +48,12 @@ class EventRecorder:
     the write when one is due. Call aclose() (or flush()) at shutdown to write pending counts."""
 
     def __init__(self, api: ApiSession, component: str = "fgpu-scheduler", instance: str = "",
-                 interval_s: float = 10.0, max_series: int = 10_000, max_backlog: int = 1000):
+                 interval_s: float = 10.0, max_series: int = 10_000, max_backlog: int = 1000,
+                 on_drop: Callable[[], None] | None = None):
         self.api = api
         self.max_backlog = max_backlog
         self.dropped = 0  # events `post` gave up on because the backlog was full
+        self.on_drop = on_drop  # told of each (the operator counts them in a metric)
         self.component = component
         self.instance = instance
         self.interval_s = interval_s
@@ -84,6 +87,8 @@ class EventRecorder:
         Like client-go's event broadcaster, a full backlog (`max_backlog` writes) drops the event: False."""
         if len(self._tasks) >= self.max_backlog:
             self.dropped += 1
+            if self.on_drop is not None:
+                self.on_drop()
             return False
         task = asyncio.create_task(self.emit(namespace, pod, uid, reason, message, type))
         self._tasks.add(task)

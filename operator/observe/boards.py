@@ -84,7 +84,9 @@ CLUSTER = Board(
             )),
             Panel("Binds by result", unit="ops", targets=(
                 Target(f"sum by (result) (rate(fgpu_scheduler_binds_total[{RATE}]))", "{{result}}"),
-            )),
+                Target(f"sum(rate(fgpu_scheduler_events_dropped_total[{RATE}]))", "pod Events dropped"),
+            ), description="Binding writes by result, and pod Events (Scheduled, FailedScheduling) dropped "
+                           "because 1,000 writes were already waiting."),
         )),
         Row("Admission", (
             Panel("Webhook admissions", unit="ops", targets=(

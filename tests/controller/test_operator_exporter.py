@@ -17,6 +17,7 @@ import numpy as np
 from fgpu_operator.controller import webhook
 from fgpu_operator.controller.metrics import REASONS, OperatorMetrics, reason_plugin, unschedulable_reason
 from fgpu_operator.controller.scheduler import Scheduler
+from fgpu_operator.kube.events import EventRecorder
 from fgpu_operator.objects import timestamp
 from fgpu_operator.placement.filters import FILTERS, NodeAffinity, NodeUnschedulable
 from fgpu_operator.placement.fragmentation import FragMeter
@@ -62,7 +63,8 @@ def test_families_are_the_catalogues_operator_part_even_before_any_sample():
     scraped = {k: v for k, v in series(generate_latest(metrics.registry).decode()).items()  # a scrape during
                if not k[0].endswith("_created")}  # start-up: no model yet (`fgpu operator` disables _created)
     histogram = {f"fgpu_scheduler_create_to_bound_seconds{suffix}" for suffix in ("_bucket", "_count", "_sum")}
-    outcomes = {"fgpu_scheduler_attempts_total", "fgpu_scheduler_binds_total"}  # every outcome at 0 from the start
+    outcomes = {"fgpu_scheduler_attempts_total", "fgpu_scheduler_binds_total",  # every outcome at 0 from the start
+                "fgpu_scheduler_events_dropped_total"}
     assert {name for name, _ in scraped} <= histogram | outcomes
     assert {name for name, _ in scraped} >= outcomes
     assert all(v == 0 for (name, _), v in scraped.items() if name in outcomes)
@@ -148,6 +150,14 @@ def _memo(metrics: OperatorMetrics) -> kopf.Memo:
     memo = kopf.Memo()
     memo.metrics = metrics
     return memo
+
+
+def test_events_the_recorder_drops_are_counted():
+    metrics = OperatorMetrics()
+    recorder = EventRecorder(None, max_backlog=0, on_drop=metrics.event_dropped)  # every post finds it full
+    assert not any(recorder.post("ns", f"p{i}", f"uid-{i}", "Scheduled", "assigned") for i in range(3))
+    got = series(generate_latest(metrics.registry).decode())
+    assert got[("fgpu_scheduler_events_dropped_total", ())] == 3
 
 
 def test_webhook_decisions_by_outcome_and_source():

@@ -70,9 +70,10 @@ async def test_series_are_bounded(fake_api, api):
 
 
 async def test_post_does_not_wait_and_drops_beyond_its_backlog(fake_api, api):
-    recorder = EventRecorder(api, interval_s=3600, max_backlog=2)
+    told = []
+    recorder = EventRecorder(api, interval_s=3600, max_backlog=2, on_drop=lambda: told.append(1))
     accepted = [recorder.post("ns", f"p{i}", f"uid-{i}", "Scheduled", "assigned", type="Normal") for i in range(4)]
-    assert accepted == [True, True, False, False] and recorder.dropped == 2
+    assert accepted == [True, True, False, False] and recorder.dropped == 2 and len(told) == 2
     assert fake_api.seen("POST", EVENTS) == []  # nothing written yet: post returned before any request
     await recorder.aclose()  # waits for the posted writes
     assert sorted(r.body["involvedObject"]["name"] for r in fake_api.seen("POST", EVENTS)) == ["p0", "p1"]
