@@ -95,6 +95,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 60
     settings.persistence.diffbase_storage = NoDiffBase()
+    settings.persistence.progress_storage = NoProgress()
     if CONFIG.webhook_port:
         settings.admission.server = _webhook_server()
         if CONFIG.manage_webhook_config:
@@ -155,6 +156,28 @@ class NoDiffBase(kopf.DiffBaseStorage):
 
     def store(self, *, body, patch, essence) -> None:
         return None
+
+
+class NoProgress(kopf.ProgressStorage):
+    """Kopf keeps change-detecting handlers' progress on the object and, on every event, deep-copies the pod's
+    essence to strip that progress out before diffing; fgpu has no such handlers, so there is none to keep or
+    strip (6.4 us a call alone; py-spy put 1.8% of the operator's samples there at 50 pods/s, its garbage
+    included). Add an on.create/update/resume handler and this must go, with NoDiffBase."""
+
+    def fetch(self, *, key, body):
+        return None
+
+    def store(self, *, key, record, body, patch) -> None:
+        return None
+
+    def purge(self, *, key, body, patch) -> None:
+        return None
+
+    def touch(self, *, body, patch, value) -> None:
+        return None
+
+    def clear(self, *, essence):
+        return essence
 
 
 def _webhook_server() -> kopf.WebhookServer:
