@@ -460,7 +460,7 @@ class Bench:
         cpu0 = {k: proc_cpu(p) for k, p in pids.items()}
         writes0 = apiserver_writes(self.plane)
         dropped = "fgpu_scheduler_events_dropped_total"
-        dropped0 = operator_value(self.metrics_port, dropped) if scheduler == "fgpu" else 0.0
+        dropped0 = (operator_value(self.metrics_port, dropped) or 0.0) if scheduler == "fgpu" else 0.0
         log(f"run {self.serial}: {label}, {pods} pods on {len(self.nodes)} nodes")
         rate = self.args.rate if mode == "rate" else None
         trace = asyncio.run(run_pods(self.creds, namespace, bodies, rate, self.args.stall, label))
@@ -478,7 +478,7 @@ class Bench:
         deleted = time.perf_counter()
         if scheduler == "fgpu":  # its own word that every deletion was taken in: nothing allocated
             released(self.metrics_port)
-            row["events_dropped"] = operator_value(self.metrics_port, dropped) - dropped0
+            row["events_dropped"] = (operator_value(self.metrics_port, dropped) or 0.0) - dropped0
         busy = settle(pid)
         kwok = deletes_settled(self.plane)
         row.update(delete_s=deleted - start, busy_after_delete_s=busy, kwok_deletes_after_s=kwok)
@@ -487,8 +487,8 @@ class Bench:
         return row
 
 
-def operator_value(port: int, name: str) -> float:
-    """One unlabelled sample from the operator's /metrics (0 when it cannot be read)."""
+def operator_value(port: int, name: str) -> float | None:
+    """One unlabelled sample from the operator's /metrics; None when it cannot be read or has no such sample."""
     import urllib.request
 
     with contextlib.suppress(OSError):
@@ -496,21 +496,16 @@ def operator_value(port: int, name: str) -> float:
         for line in text.splitlines():
             if line.startswith(f"{name} "):
                 return float(line.split()[-1])
-    return 0.0
+    return None
 
 
 def released(port: int, limit: float = 600.0) -> None:
     """Wait until the operator's /metrics shows no GPU allocated (it has seen every deletion): a CPU-starved
     operator still working through a backlog of deletions can look idle to `settle`."""
-    import urllib.request
-
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
-        with contextlib.suppress(OSError):
-            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-            if any(line.split()[-1] in ("0", "0.0") for line in text.splitlines()
-                   if line.startswith("fgpu_cluster_gpu_allocation_ratio")):
-                return
+        if operator_value(port, "fgpu_cluster_gpu_allocation_ratio") == 0:
+            return
         time.sleep(1.0)
     log(f"  the operator still showed GPUs allocated {limit:.0f} s after the deletions")
 
