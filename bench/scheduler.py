@@ -30,8 +30,9 @@ kube-scheduler's `nvidia.com/gpu: GPUs` (whole GPUs): node status is patched bet
 Measured on the client's clock (time.perf_counter): create->bound = first watch event showing spec.nodeName
 minus the moment the create request was sent; pods/s = pods bound / (last bound - first create sent). A run
 whose bound rate is within 10% of its creation rate is marked creation-bound: that is the creator's rate, not
-the scheduler's. RSS: VmHWM (peak) and VmRSS from /proc/<pid>/status when a run ends (a process serves all
-modes of its setting, so the peak covers the earlier modes too). CPU: per process, share of one core from the
+the scheduler's. RSS: VmHWM (peak) and VmRSS from /proc/<pid>/status when a run ends, summed over the
+scheduler's process and its children (a process serves all modes of its setting, so the peak covers the
+earlier modes too). CPU: per process (the scheduler's with its children), share of one core from the
 first create until the run ends (all bound, or giving up after --stall), and CPU time per bound pod — the
 least load-dependent figure here: what a pod costs the scheduler whatever else runs. Writes: the apiserver's
 apiserver_request_total for write verbs, before and after each run, per bound pod (the creator's own
@@ -342,23 +343,46 @@ async def set_gpu_slots(creds, nodes: list[str], slots: int) -> None:
 
 
 # ---- processes ------------------------------------------------------------------------------------------------
+def descendants(pid: int | None) -> list[int]:
+    """`pid` and every process under it (the operator runs its API writes in a child process)."""
+    out, todo = [], [pid] if pid else []
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        with contextlib.suppress(OSError, ValueError):
+            todo += [int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
+    return out
+
+
 def proc_memory(pid: int | None) -> tuple[float, float]:
-    """(VmHWM, VmRSS) in MB, or (nan, nan) when the process is gone."""
-    try:
-        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
-    except (OSError, TypeError):
+    """(VmHWM, VmRSS) in MB of a process and its children (the sum of their peaks: an upper bound on the
+    peak of the whole), or (nan, nan) when the process is gone."""
+    if pid is None:
         return float("nan"), float("nan")
-    kb = {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in lines) if k in ("VmHWM", "VmRSS")}
-    return kb.get("VmHWM", 0) / 1024, kb.get("VmRSS", 0) / 1024
+    total = [0, 0]
+    for p in descendants(pid):
+        try:
+            lines = Path(f"/proc/{p}/status").read_text().splitlines()
+        except OSError:
+            if p == pid:
+                return float("nan"), float("nan")
+            continue
+        kb = {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in lines) if k in ("VmHWM", "VmRSS")}
+        total[0] += kb.get("VmHWM", 0)
+        total[1] += kb.get("VmRSS", 0)
+    return total[0] / 1024, total[1] / 1024
 
 
-def proc_cpu(pid: int | None) -> float:
-    """User + system CPU seconds of a process so far (0 when it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, TypeError, IndexError):
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+def proc_cpu(pid: int | None, children: bool = False) -> float:
+    """User + system CPU seconds of a process so far, with its live children's if asked (0 when it is gone)."""
+    total = 0.0
+    for p in descendants(pid) if children else [pid]:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, TypeError, IndexError):
+            continue
+        total += (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return total
 
 
 class Bench:
@@ -457,14 +481,14 @@ class Bench:
         label = f"{scheduler} {setting_label} {mode}"
         others = {name: self.plane.pid(name) for name in ("kube-apiserver", "etcd", "kwok")}
         pids = {"scheduler": pid, **others, "bench": os.getpid()}
-        cpu0 = {k: proc_cpu(p) for k, p in pids.items()}
+        cpu0 = {k: proc_cpu(p, children=k == "scheduler") for k, p in pids.items()}
         writes0 = apiserver_writes(self.plane)
         dropped = "fgpu_scheduler_events_dropped_total"
         dropped0 = (operator_value(self.metrics_port, dropped) or 0.0) if scheduler == "fgpu" else 0.0
         log(f"run {self.serial}: {label}, {pods} pods on {len(self.nodes)} nodes")
         rate = self.args.rate if mode == "rate" else None
         trace = asyncio.run(run_pods(self.creds, namespace, bodies, rate, self.args.stall, label))
-        cpu = {k: proc_cpu(p) - cpu0[k] for k, p in pids.items()}
+        cpu = {k: proc_cpu(p, children=k == "scheduler") - cpu0[k] for k, p in pids.items()}
         hwm, rss = proc_memory(pid)
         row = summarize(trace, cpu)
         row["writes_per_pod"] = writes_per_pod(writes0, apiserver_writes(self.plane), row["bound"])
@@ -515,9 +539,9 @@ def settle(pid: int, idle: float = 0.35, step: float = 2.0, limit: float = 300.0
     previous run's deletions); the seconds that took, up to `limit`."""
     start = time.perf_counter()
     while time.perf_counter() - start < limit:
-        before = proc_cpu(pid)
+        before = proc_cpu(pid, children=True)
         time.sleep(step)
-        if proc_cpu(pid) - before < idle * step:
+        if proc_cpu(pid, children=True) - before < idle * step:
             break
     return max(0.0, time.perf_counter() - start - step)
 

@@ -110,6 +110,8 @@ def values_schema() -> dict[str, Any]:
             "qps": leaf("number", "client QPS for binds", exclusiveMinimum=0),
             "burst": leaf("integer", "client burst", minimum=1),
             "bindsInFlight": leaf("integer", "concurrent Binding writes", minimum=1),
+            "writerProcess": leaf("boolean", "write Bindings and Events from a child process beside the "
+                                  "scheduler's thread (false: `--inline-writes`)"),
             "verbose": leaf("boolean", "debug logging"),
             "metricsPort": {**PORT, "description": "Prometheus metrics port (docs/metrics.md)"},
             "healthPort": {**PORT, "description": "Kopf's liveness endpoint `/healthz` (answers once the "

@@ -39,6 +39,8 @@ def register(subparsers) -> None:
     p.add_argument("--qps", type=_positive(float), default=500.0, help="client QPS for binds (default 500)")
     p.add_argument("--burst", type=_positive(int), default=1000, help="client burst (default 1000)")
     p.add_argument("--binds-in-flight", type=_positive(int), default=64, help="concurrent Binding writes")
+    p.add_argument("--inline-writes", action="store_true",
+                   help="write Bindings and Events from the operator's own thread, not a child process")
     p.add_argument("--no-leader-elect", action="store_true", help="bind without holding the Lease (one replica)")
     p.add_argument("--lease-namespace", default="kube-system")
     p.add_argument("--identity", help="this replica's name in the Lease (default: hostname + random)")
@@ -74,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
     handoff_key = load_key(args.handoff_key_file) if args.handoff_key_file else None
     handlers.CONFIG = handlers.OperatorConfig(
         kubeconfig=args.kubeconfig, policy=args.policy, qps=args.qps, burst=args.burst,
-        binds_in_flight=args.binds_in_flight, leader_elect=not args.no_leader_elect,
+        binds_in_flight=args.binds_in_flight, writer_process=not args.inline_writes,
+        leader_elect=not args.no_leader_elect,
         lease_namespace=args.lease_namespace, identity=args.identity, webhook_port=args.webhook_port,
         webhook_addr=args.webhook_addr, webhook_host=args.webhook_host, webhook_cert_dir=args.webhook_cert_dir,
         manage_webhook_config=args.manage_webhook_config, handoff_key=handoff_key)

@@ -26,6 +26,7 @@ from ..admission import AdmissionConfig
 from ..kube import config as kubeconfig
 from ..kube.events import EventRecorder
 from ..kube.leader import LeaderElector, default_identity
+from ..kube.offload import WriterProcess
 from ..kube.session import ApiSession, Limits
 from ..placement.live import LiveCluster
 from .gpunodes import StatusWriter
@@ -55,6 +56,7 @@ class OperatorConfig:
     webhook_cert_dir: str = ""  # tls.crt / tls.key / ca.pem mounted by the chart; empty: self-signed
     manage_webhook_config: bool = False  # let Kopf create the (Mutating|Validating)WebhookConfiguration
     handoff_key: bytes | None = None  # --handoff-key-file's key: signs every assignment (None: unsigned)
+    writer_process: bool = True  # Bindings and Events written by a child process (False: --inline-writes)
 
 
 #: The name of the (Mutating|Validating)WebhookConfiguration that --manage-webhook-config has Kopf write.
@@ -104,19 +106,25 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     # Events get a client of their own with the binds' QPS and in-flight cap: each bind posts one Scheduled
     # Event, so fewer event writes in flight than binds fall behind and the recorder's backlog drops them
     # (QPS 50 dropped 808 of a 4,000-pod burst's Events, 16 in flight 783-1,075 at 120-180 binds/s).
-    memo.events_api = ApiSession(creds, limits)
-    memo.events_api.open()
+    memo.writer, binds_api, events_api = None, memo.api, ApiSession(creds, limits)
+    if CONFIG.writer_process:  # Bindings and Events from a child process, beside the decisions (kube/offload.py)
+        memo.writer = WriterProcess(CONFIG.kubeconfig, {"binds": limits, "events": limits})
+        await memo.writer.start()
+        binds_api, events_api = memo.writer.session("binds"), memo.writer.session("events")
+    else:
+        events_api.open()
+        memo.events_api = events_api
     memo.lease_api = ApiSession(creds, Limits(qps=5, burst=10, max_in_flight=2))  # never queued behind events
     memo.lease_api.open()
     identity = CONFIG.identity or default_identity()
     memo.metrics = METRICS or OperatorMetrics()
-    memo.events = EventRecorder(memo.events_api, instance=identity,  # which replica decided, on every Event
+    memo.events = EventRecorder(events_api, instance=identity,  # which replica decided, on every Event
                                 on_drop=memo.metrics.event_dropped)
     elector = None
     if CONFIG.leader_elect:
         elector = LeaderElector(memo.lease_api, CONFIG.lease_name, CONFIG.lease_namespace, identity)
     memo.elector = elector
-    memo.scheduler = Scheduler(LiveCluster(policy=CONFIG.policy), memo.api, memo.events,
+    memo.scheduler = Scheduler(LiveCluster(policy=CONFIG.policy), binds_api, memo.events,
                                is_leader=(lambda: elector.is_leader) if elector else (lambda: True),
                                max_binds_in_flight=CONFIG.binds_in_flight, metrics=memo.metrics,
                                handoff_key=CONFIG.handoff_key)
@@ -230,6 +238,8 @@ async def stop(memo: kopf.Memo, **_) -> None:
     if getattr(memo, "events", None) is not None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(memo.events.aclose(), SHUTDOWN_GRACE_S)
+    if getattr(memo, "writer", None) is not None:
+        await memo.writer.close()
     for name in ("api", "events_api", "lease_api", "status_api"):
         if getattr(memo, name, None) is not None:
             await getattr(memo, name).close()
