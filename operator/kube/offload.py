@@ -22,6 +22,7 @@ import logging
 import os
 import pickle
 import struct
+import subprocess
 import sys
 from dataclasses import asdict
 from typing import Any
@@ -36,15 +37,17 @@ RESTART_DELAY_S = 0.5
 
 
 class _Frames:
-    """Length-prefixed pickles out of a byte stream, and into a transport, several per write."""
+    """Length-prefixed pickles: `send` queues one and writes everything queued in this turn of the loop at once;
+    `feed` takes bytes as they come and gives back the messages they complete."""
 
     def __init__(self, write: Any):
         self._write, self._out, self._flush_scheduled = write, [], False
+        self._in = bytearray()
 
     def send(self, message: Any) -> None:
         data = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
         self._out += (_LEN.pack(len(data)), data)
-        if not self._flush_scheduled:  # one write for everything queued in this turn of the loop
+        if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
 
@@ -54,11 +57,49 @@ class _Frames:
         if out:
             self._write(b"".join(out))
 
-    @staticmethod
-    async def read(reader: asyncio.StreamReader) -> Any:
-        """The next message; raises IncompleteReadError at the end of the stream."""
-        (n,) = _LEN.unpack(await reader.readexactly(_LEN.size))
-        return pickle.loads(await reader.readexactly(n))
+    def feed(self, data: bytes) -> list[Any]:
+        buf = self._in
+        buf += data
+        messages, at = [], 0
+        while len(buf) - at >= _LEN.size:
+            (n,) = _LEN.unpack_from(buf, at)
+            if len(buf) - at - _LEN.size < n:
+                break
+            messages.append(pickle.loads(buf[at + _LEN.size: at + _LEN.size + n]))
+            at += _LEN.size + n
+        del buf[:at]
+        return messages
+
+
+class _Child(asyncio.SubprocessProtocol):
+    """The operator's end of one child: answers resolve their calls as the bytes arrive, with no task per
+    answer; the child's exit fails whatever was still in flight."""
+
+    def __init__(self, owner: WriterProcess):
+        self.owner, self.frames, self.exited = owner, None, asyncio.get_running_loop().create_future()
+        self._gone: set[str] = set()  # "process" and "stdout": answers still in the pipe are read first
+
+    def connection_made(self, transport: asyncio.SubprocessTransport) -> None:
+        self.frames = _Frames(transport.get_pipe_transport(0).write)
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        pending = self.owner._pending
+        for rid, result, status, message, attempts, body in self.frames.feed(data):
+            future = pending.get(rid)
+            if future is not None and not future.done():
+                future.set_result(Outcome(Result(result), status, message, attempts, body))
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        if fd == 1:
+            self._ended("stdout")
+
+    def process_exited(self) -> None:
+        self._ended("process")
+
+    def _ended(self, what: str) -> None:
+        self._gone.add(what)
+        if len(self._gone) == 2 and not self.exited.done():
+            self.exited.set_result(None)
 
 
 class WriterProcess:
@@ -67,14 +108,18 @@ class WriterProcess:
 
     def __init__(self, kubeconfig: str | None, sessions: dict[str, Limits]):
         self.kubeconfig, self.sessions = kubeconfig, dict(sessions)
-        self._proc: asyncio.subprocess.Process | None = None
-        self._frames: _Frames | None = None
+        self._transport: asyncio.SubprocessTransport | None = None
+        self._child: _Child | None = None
         self._pending: dict[int, asyncio.Future[Outcome]] = {}
         self._ids = itertools.count()
-        self._reader: asyncio.Task | None = None
+        self._watch: asyncio.Task | None = None
         self._closing = False
         self._ready = asyncio.Event()
         self.restarts = 0
+
+    @property
+    def pid(self) -> int | None:
+        return self._transport.get_pid() if self._transport is not None else None
 
     def session(self, name: str) -> RemoteSession:
         if name not in self.sessions:
@@ -83,11 +128,11 @@ class WriterProcess:
 
     async def start(self) -> None:
         spec = {"kubeconfig": self.kubeconfig, "sessions": {k: asdict(v) for k, v in self.sessions.items()}}
-        self._proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", __name__, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            env={**os.environ, "FGPU_WRITER_SPEC": repr(spec)})
-        self._frames = _Frames(self._proc.stdin.write)
-        self._reader = asyncio.create_task(self._read_answers(self._proc), name="fgpu-writer-answers")
+        loop = asyncio.get_running_loop()
+        self._transport, self._child = await loop.subprocess_exec(
+            lambda: _Child(self), sys.executable, "-m", __name__, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=None, env={**os.environ, "FGPU_WRITER_SPEC": repr(spec)})
+        self._watch = asyncio.create_task(self._on_exit(self._transport, self._child), name="fgpu-writer-exit")
         self._ready.set()
 
     async def call(self, name: str, method: str, path: str, kwargs: dict[str, Any]) -> Outcome:
@@ -95,29 +140,23 @@ class WriterProcess:
         rid = next(self._ids)
         future = self._pending[rid] = asyncio.get_running_loop().create_future()
         try:
-            self._frames.send((rid, name, method, path, kwargs))
+            self._child.frames.send((rid, name, method, path, kwargs))
             return await future
         finally:
             self._pending.pop(rid, None)
 
-    async def _read_answers(self, proc: asyncio.subprocess.Process) -> None:
-        try:
-            while True:
-                rid, result, status, message, attempts, body = await _Frames.read(proc.stdout)
-                future = self._pending.get(rid)
-                if future is not None and not future.done():
-                    future.set_result(Outcome(Result(result), status, message, attempts, body))
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
+    async def _on_exit(self, transport: asyncio.SubprocessTransport, child: _Child) -> None:
+        await child.exited
         self._ready.clear()
-        code = await proc.wait()
+        code = transport.get_returncode()
+        transport.close()
         lost = Outcome(Result.UNAVAILABLE, 0, f"the API writer process exited ({code})")
-        for future in list(self._pending.values()):
-            if not future.done():
-                future.set_result(lost)
+        in_flight = [f for f in self._pending.values() if not f.done()]
+        for future in in_flight:
+            future.set_result(lost)
         if not self._closing:
             log.warning("API writer process exited (%s) with %d call(s) in flight; starting another",
-                        code, len(self._pending))
+                        code, len(in_flight))
             self.restarts += 1
             await asyncio.sleep(RESTART_DELAY_S)
             if not self._closing:
@@ -125,19 +164,18 @@ class WriterProcess:
 
     async def close(self) -> None:
         self._closing = True
-        proc = self._proc
-        if proc is None:
+        transport, child = self._transport, self._child
+        if transport is None:
             return
-        with contextlib.suppress(ProcessLookupError, ConnectionError, OSError):
-            proc.stdin.close()  # the child finishes nothing more and exits
+        with contextlib.suppress(ConnectionError, OSError, AttributeError):
+            transport.get_pipe_transport(0).close()  # the child finishes nothing more and exits
         try:
-            await asyncio.wait_for(proc.wait(), 5.0)
+            await asyncio.wait_for(asyncio.shield(child.exited), 5.0)
         except TimeoutError:
-            proc.kill()
-            await proc.wait()
-        if self._reader is not None:
+            transport.kill()
+        if self._watch is not None:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
+                await self._watch
 
 
 class RemoteSession:
@@ -159,23 +197,29 @@ async def _serve(spec: dict[str, Any]) -> None:
     for api in sessions.values():
         api.open()
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=2**26)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     transport, _ = await loop.connect_write_pipe(asyncio.Protocol, sys.stdout)
     frames = _Frames(transport.write)
     tasks: set[asyncio.Task] = set()
+    closed = loop.create_future()
 
     async def answer(rid: int, name: str, method: str, path: str, kwargs: dict[str, Any]) -> None:
         out = await sessions[name].request(method, path, **kwargs)
         frames.send((rid, out.result.value, out.status, out.message, out.attempts, out.body))
 
+    class Calls(asyncio.Protocol):
+        def data_received(self, data: bytes) -> None:
+            for call in frames.feed(data):
+                task = loop.create_task(answer(*call))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if not closed.done():
+                closed.set_result(None)
+
+    await loop.connect_read_pipe(Calls, sys.stdin)
     try:
-        while True:
-            task = asyncio.create_task(answer(*await _Frames.read(reader)))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-    except asyncio.IncompleteReadError:
-        pass  # the operator closed the pipe (or died): calls still in flight are abandoned
+        await closed  # the operator closed the pipe (or died): calls still in flight are abandoned
     finally:
         for task in tasks:
             task.cancel()

@@ -81,14 +81,14 @@ async def test_many_calls_in_flight_each_get_their_own_answer(fake_api, writer):
 
 async def test_a_dead_child_fails_the_calls_in_flight_and_is_replaced(fake_api, writer):
     fake_api.delay_s = 5.0
-    first = writer._proc.pid
+    first = writer.pid
     call = asyncio.create_task(writer.session("binds").request("POST", PATH, body={}))
     await until(lambda: fake_api.seen("POST", PATH))
     os.kill(first, signal.SIGKILL)
     out = await asyncio.wait_for(call, 5.0)
     assert (out.result, out.status) == (Result.UNAVAILABLE, 0)
     assert "writer process exited" in out.message
-    await until(lambda: writer._proc.pid != first and writer.restarts == 1)
+    await until(lambda: writer.pid != first and writer.restarts == 1)
     fake_api.delay_s = 0.0
     fake_api.script("POST", PATH, 201)
     again = await asyncio.wait_for(writer.session("binds").request("POST", PATH, body={}), 10.0)
@@ -96,16 +96,16 @@ async def test_a_dead_child_fails_the_calls_in_flight_and_is_replaced(fake_api, 
 
 
 async def test_close_ends_the_child(writer):
-    pid = writer._proc.pid
+    pid = writer.pid
     await writer.close()
     assert not alive(pid)
 
 
 async def test_the_child_exits_when_its_pipe_closes(writer):
     """What happens when the operator is SIGKILLed: the pipe closes and the child goes too."""
-    pid = writer._proc.pid
+    pid = writer.pid
     writer._closing = True  # no restart: this stands for the operator gone
-    writer._proc.stdin.close()
+    writer._transport.get_pipe_transport(0).close()
     await until(lambda: not alive(pid), timeout=10.0)
 
 
