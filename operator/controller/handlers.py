@@ -3,8 +3,8 @@
 Pods and nodes are watched with `@kopf.on.event` only: create/update handlers would PATCH Kopf's progress
 annotations (and post Events) on every pod, one extra write per pod on the hot path. The handlers are
 coroutines: Kopf runs a plain function in its thread pool, and the model must change only on the loop the
-scheduler decides on. The scheduler's own
-writes (Binding, status, Events, the Lease) go through `fgpu_operator.kube`, on this same asyncio loop.
+scheduler decides on. The scheduler's own writes go through `fgpu_operator.kube`: Bindings and Events from a
+child process (`kube/offload.py`, unless --inline-writes), status and the Lease on this same asyncio loop.
 
 Start-up order matters for crash safety: every node and every bound pod is listed and restored into the
 model *before* the scheduler may bind anything, so a restarted operator never hands out a share that a
@@ -106,14 +106,15 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     # Events get a client of their own with the binds' QPS and in-flight cap: each bind posts one Scheduled
     # Event, so fewer event writes in flight than binds fall behind and the recorder's backlog drops them
     # (QPS 50 dropped 808 of a 4,000-pod burst's Events, 16 in flight 783-1,075 at 120-180 binds/s).
-    memo.writer, binds_api, events_api = None, memo.api, ApiSession(creds, limits)
+    memo.writer = None
     if CONFIG.writer_process:  # Bindings and Events from a child process, beside the decisions (kube/offload.py)
         memo.writer = WriterProcess(CONFIG.kubeconfig, {"binds": limits, "events": limits})
         await memo.writer.start()
         binds_api, events_api = memo.writer.session("binds"), memo.writer.session("events")
     else:
-        events_api.open()
-        memo.events_api = events_api
+        memo.events_api = ApiSession(creds, limits)
+        memo.events_api.open()
+        binds_api, events_api = memo.api, memo.events_api
     memo.lease_api = ApiSession(creds, Limits(qps=5, burst=10, max_in_flight=2))  # never queued behind events
     memo.lease_api.open()
     identity = CONFIG.identity or default_identity()

@@ -84,10 +84,10 @@ class _Child(asyncio.SubprocessProtocol):
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:
         pending = self.owner._pending
-        for rid, result, status, message, attempts, body in self.frames.feed(data):
+        for rid, outcome in self.frames.feed(data):
             future = pending.get(rid)
             if future is not None and not future.done():
-                future.set_result(Outcome(Result(result), status, message, attempts, body))
+                future.set_result(outcome)
 
     def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
         if fd == 1:
@@ -203,8 +203,7 @@ async def _serve(spec: dict[str, Any]) -> None:
     closed = loop.create_future()
 
     async def answer(rid: int, name: str, method: str, path: str, kwargs: dict[str, Any]) -> None:
-        out = await sessions[name].request(method, path, **kwargs)
-        frames.send((rid, out.result.value, out.status, out.message, out.attempts, out.body))
+        frames.send((rid, await sessions[name].request(method, path, **kwargs)))
 
     class Calls(asyncio.Protocol):
         def data_received(self, data: bytes) -> None:
