@@ -64,6 +64,9 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..lean import hide_official_client
+
+    hide_official_client()
     import kopf
     import uvloop
 

@@ -106,21 +106,22 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     # Events get a client of their own with the binds' QPS and in-flight cap: each bind posts one Scheduled
     # Event, so fewer event writes in flight than binds fall behind and the recorder's backlog drops them
     # (QPS 50 dropped 808 of a 4,000-pod burst's Events, 16 in flight 783-1,075 at 120-180 binds/s).
+    identity = CONFIG.identity or default_identity()  # which replica decided, on every Event
+    memo.metrics = METRICS or OperatorMetrics()
     memo.writer = None
-    if CONFIG.writer_process:  # Bindings and Events from a child process, beside the decisions (kube/offload.py)
-        memo.writer = WriterProcess(CONFIG.kubeconfig, {"binds": limits, "events": limits})
+    if CONFIG.writer_process:  # Bindings and the event recorder in a child process, beside the decisions
+        memo.writer = WriterProcess(CONFIG.kubeconfig, {"binds": limits, "events": limits},
+                                    events={"session": "events", "instance": identity})
         await memo.writer.start()
-        binds_api, events_api = memo.writer.session("binds"), memo.writer.session("events")
+        binds_api = memo.writer.session("binds")
+        memo.events = memo.writer.recorder(on_drop=memo.metrics.event_dropped)
     else:
         memo.events_api = ApiSession(creds, limits)
         memo.events_api.open()
-        binds_api, events_api = memo.api, memo.events_api
+        binds_api = memo.api
+        memo.events = EventRecorder(memo.events_api, instance=identity, on_drop=memo.metrics.event_dropped)
     memo.lease_api = ApiSession(creds, Limits(qps=5, burst=10, max_in_flight=2))  # never queued behind events
     memo.lease_api.open()
-    identity = CONFIG.identity or default_identity()
-    memo.metrics = METRICS or OperatorMetrics()
-    memo.events = EventRecorder(events_api, instance=identity,  # which replica decided, on every Event
-                                on_drop=memo.metrics.event_dropped)
     elector = None
     if CONFIG.leader_elect:
         elector = LeaderElector(memo.lease_api, CONFIG.lease_name, CONFIG.lease_namespace, identity)

@@ -11,7 +11,11 @@ retries unchanged); the operator's side, `RemoteSession`, sends each call down a
 Failure has the meaning of a network failure: calls in flight when the child dies end UNAVAILABLE (the
 scheduler forgets the reservation and retries; a Binding that did land comes back through the pod watch),
 and a new child is started. The child exits when its pipe closes, so it never outlives the operator.
-Wire format: 4-byte big-endian length, then a pickle; the pipe joins two processes of one program.
+Pod Events go further: the child runs the `EventRecorder` itself (aggregation, rate, backlog), so a Scheduled
+Event costs the deciding thread one small one-way message, not a task, a body and an answer to wait for.
+Wire format: 4-byte big-endian length, then a pickle; the pipe joins two processes of one program. The operator
+sends `(rid, op, args)`, rid None when no answer is wanted; the child answers `(rid, Outcome)`, or sends
+`(None, "dropped")` when its recorder's backlog drops an Event.
 """
 from __future__ import annotations
 
@@ -24,15 +28,20 @@ import pickle
 import struct
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
+from .events import EventRecorder
 from .outcome import Outcome, Result
 from .session import ApiSession, Limits
 
 log = logging.getLogger("fgpu.operator.writer")
 
 _LEN = struct.Struct(">I")
+#: The child's command: the official client hidden before anything imports Kopf (see `lean`).
+_CHILD_MAIN = ("from fgpu_operator.lean import hide_official_client; hide_official_client(); "
+               "from fgpu_operator.kube.offload import main; main()")
 RESTART_DELAY_S = 0.5
 
 
@@ -85,6 +94,9 @@ class _Child(asyncio.SubprocessProtocol):
     def pipe_data_received(self, fd: int, data: bytes) -> None:
         pending = self.owner._pending
         for rid, outcome in self.frames.feed(data):
+            if rid is None:  # the child's recorder dropped an Event
+                self.owner._dropped_event()
+                continue
             future = pending.get(rid)
             if future is not None and not future.done():
                 future.set_result(outcome)
@@ -104,10 +116,14 @@ class _Child(asyncio.SubprocessProtocol):
 
 class WriterProcess:
     """The child process and the pending calls: `session(name)` gives a RemoteSession for one of the
-    sessions the child was started with (`{name: Limits}`)."""
+    sessions the child was started with (`{name: Limits}`); with `events` (the EventRecorder's keyword
+    arguments plus `session`, the name of the one it writes with), `recorder()` gives the child's recorder."""
 
-    def __init__(self, kubeconfig: str | None, sessions: dict[str, Limits]):
-        self.kubeconfig, self.sessions = kubeconfig, dict(sessions)
+    def __init__(self, kubeconfig: str | None, sessions: dict[str, Limits], events: dict[str, Any] | None = None):
+        self.kubeconfig, self.sessions, self.events = kubeconfig, dict(sessions), events
+        if events is not None and events.get("session") not in self.sessions:
+            raise KeyError(f"events: no session {events.get('session')!r} (has: {sorted(self.sessions)})")
+        self._recorder: RemoteRecorder | None = None
         self._transport: asyncio.SubprocessTransport | None = None
         self._child: _Child | None = None
         self._pending: dict[int, asyncio.Future[Outcome]] = {}
@@ -126,24 +142,42 @@ class WriterProcess:
             raise KeyError(f"no session {name!r} in the writer process (has: {sorted(self.sessions)})")
         return RemoteSession(self, name)
 
+    def recorder(self, on_drop: Callable[[], None] | None = None) -> RemoteRecorder:
+        if self.events is None:
+            raise KeyError("the writer process was started without an event recorder")
+        self._recorder = RemoteRecorder(self, on_drop)
+        return self._recorder
+
     async def start(self) -> None:
-        spec = {"kubeconfig": self.kubeconfig, "sessions": {k: asdict(v) for k, v in self.sessions.items()}}
+        spec = {"kubeconfig": self.kubeconfig, "sessions": {k: asdict(v) for k, v in self.sessions.items()},
+                "events": self.events}
         loop = asyncio.get_running_loop()
         self._transport, self._child = await loop.subprocess_exec(
-            lambda: _Child(self), sys.executable, "-m", __name__, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            lambda: _Child(self), sys.executable, "-c", _CHILD_MAIN, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=None, env={**os.environ, "FGPU_WRITER_SPEC": repr(spec)})
         self._watch = asyncio.create_task(self._on_exit(self._transport, self._child), name="fgpu-writer-exit")
         self._ready.set()
 
-    async def call(self, name: str, method: str, path: str, kwargs: dict[str, Any]) -> Outcome:
+    async def call(self, op: str, *args: Any) -> Outcome:
         await self._ready.wait()
         rid = next(self._ids)
         future = self._pending[rid] = asyncio.get_running_loop().create_future()
         try:
-            self._child.frames.send((rid, name, method, path, kwargs))
+            self._child.frames.send((rid, op, args))
             return await future
         finally:
             self._pending.pop(rid, None)
+
+    def tell(self, op: str, *args: Any) -> bool:
+        """Send without an answer; False while no child is running (it is being replaced)."""
+        if not self._ready.is_set():
+            return False
+        self._child.frames.send((None, op, args))
+        return True
+
+    def _dropped_event(self) -> None:
+        if self._recorder is not None:
+            self._recorder.dropped_one()
 
     async def _on_exit(self, transport: asyncio.SubprocessTransport, child: _Child) -> None:
         await child.exited
@@ -185,7 +219,34 @@ class RemoteSession:
         self._writer, self._name = writer, name
 
     async def request(self, method: str, path: str, **kwargs: Any) -> Outcome:
-        return await self._writer.call(self._name, method, path, kwargs)
+        return await self._writer.call("request", self._name, method, path, kwargs)
+
+
+class RemoteRecorder:
+    """`EventRecorder`'s post/forget/aclose, run by the child's recorder. `post` is one-way; an Event the child
+    drops (its backlog full, or no child running while it is replaced) is counted here as the recorder would."""
+
+    def __init__(self, writer: WriterProcess, on_drop: Callable[[], None] | None = None):
+        self._writer, self.on_drop = writer, on_drop
+        self.dropped = 0
+
+    def post(self, namespace: str, pod: str, uid: str, reason: str, message: str, type: str = "Warning") -> bool:
+        if self._writer.tell("post", namespace, pod, uid, reason, message, type):
+            return True
+        self.dropped_one()
+        return False
+
+    def forget(self, uid: str) -> None:
+        self._writer.tell("forget", uid)  # a replaced child starts with no series to forget
+
+    async def aclose(self) -> None:
+        """Write every pending count (the child's `flush`)."""
+        await self._writer.call("flush")
+
+    def dropped_one(self) -> None:
+        self.dropped += 1
+        if self.on_drop is not None:
+            self.on_drop()
 
 
 async def _serve(spec: dict[str, Any]) -> None:
@@ -199,18 +260,33 @@ async def _serve(spec: dict[str, Any]) -> None:
     loop = asyncio.get_running_loop()
     transport, _ = await loop.connect_write_pipe(asyncio.Protocol, sys.stdout)
     frames = _Frames(transport.write)
+    recorder = None
+    if spec.get("events") is not None:
+        options = dict(spec["events"])
+        recorder = EventRecorder(sessions[options.pop("session")], **options,
+                                 on_drop=lambda: frames.send((None, "dropped")))
     tasks: set[asyncio.Task] = set()
     closed = loop.create_future()
 
-    async def answer(rid: int, name: str, method: str, path: str, kwargs: dict[str, Any]) -> None:
-        frames.send((rid, await sessions[name].request(method, path, **kwargs)))
+    async def answer(rid: int, op: str, args: tuple) -> None:
+        if op == "flush":
+            await recorder.flush()
+            frames.send((rid, Outcome(Result.OK, 0, "flushed")))
+        else:  # "request"
+            name, method, path, kwargs = args
+            frames.send((rid, await sessions[name].request(method, path, **kwargs)))
 
     class Calls(asyncio.Protocol):
         def data_received(self, data: bytes) -> None:
-            for call in frames.feed(data):
-                task = loop.create_task(answer(*call))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
+            for rid, op, args in frames.feed(data):
+                if op == "post":
+                    recorder.post(*args)
+                elif op == "forget":
+                    recorder.forget(*args)
+                else:
+                    task = loop.create_task(answer(rid, op, args))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
 
         def connection_lost(self, exc: Exception | None) -> None:
             if not closed.done():
@@ -240,6 +316,3 @@ def main() -> None:
     with contextlib.suppress(KeyboardInterrupt):
         runner(_serve(spec))
 
-
-if __name__ == "__main__":
-    main()

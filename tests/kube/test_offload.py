@@ -1,6 +1,6 @@
 """The API writer process against the fake apiserver: a RemoteSession answers as an ApiSession would, the child
-keeps each session's limits, a dead child fails only the calls in flight and is replaced, and it never
-outlives the operator's side."""
+keeps each session's limits, its event recorder aggregates, flushes and reports drops, a dead child fails only
+the calls in flight and is replaced, and it never outlives the operator's side."""
 from __future__ import annotations
 
 import asyncio
@@ -32,7 +32,8 @@ current-context: x
 async def writer(fake_api, tmp_path):
     quick = Limits(backoff_s=0.001, backoff_cap_s=0.01)
     w = WriterProcess(kubeconfig(tmp_path, fake_api.url),
-                      {"binds": quick, "events": Limits(qps=0, max_in_flight=2, retries=0)})
+                      {"binds": quick, "events": Limits(qps=0, max_in_flight=2, retries=0)},
+                      events={"session": "events", "instance": "replica-a", "interval_s": 30.0, "max_backlog": 5})
     await w.start()
     try:
         yield w
@@ -113,3 +114,59 @@ def test_an_unknown_session_is_refused(tmp_path):
     w = WriterProcess(None, {"binds": Limits()})
     with pytest.raises(KeyError, match="no session 'status'"):
         w.session("status")
+
+
+EVENTS = "/api/v1/namespaces/ns/events"
+
+
+async def test_posted_events_are_written_by_the_childs_recorder(fake_api, writer):
+    recorder = writer.recorder()
+    assert recorder.post("ns", "p", "uid-1", "Scheduled", "Successfully assigned ns/p to n1", type="Normal")
+    await recorder.aclose()  # waits for that write, as EventRecorder.flush does
+    body = fake_api.seen("POST", EVENTS)[0].body
+    assert (body["involvedObject"]["uid"], body["reason"], body["type"], body["reportingInstance"], body["count"]) \
+        == ("uid-1", "Scheduled", "Normal", "replica-a", 1)
+    for _ in range(4):  # aggregated into the one Event (the next write is due in 30 s), its count written on flush
+        recorder.post("ns", "p", "uid-1", "Scheduled", "again", type="Normal")
+    await recorder.aclose()
+    patch = fake_api.seen("PATCH")[-1]
+    assert (patch.path, patch.body["count"], patch.body["message"]) == (f"{EVENTS}/{body['metadata']['name']}", 5,
+                                                                        "again")
+
+
+async def test_forget_drops_the_pods_pending_count(fake_api, writer):
+    recorder = writer.recorder()
+    recorder.post("ns", "p", "uid-1", "FailedScheduling", "0/1 nodes are available")
+    await until(lambda: fake_api.seen("POST", EVENTS))
+    recorder.post("ns", "p", "uid-1", "FailedScheduling", "0/1 nodes are available")  # pending, not yet due
+    recorder.forget("uid-1")
+    await recorder.aclose()  # would write the pending count, had it not been forgotten
+    assert fake_api.seen("PATCH") == []
+
+
+async def test_drops_in_the_child_are_counted_here(fake_api, writer):
+    drops = []
+    recorder = writer.recorder(on_drop=lambda: drops.append(1))
+    fake_api.delay_s = 1.0  # every write waits, so the child's backlog of 5 fills
+    for i in range(10):
+        assert recorder.post("ns", f"p{i}", f"uid-{i}", "Scheduled", "m", type="Normal")  # queued to the child
+    await until(lambda: recorder.dropped == 5)
+    assert len(drops) == 5
+
+
+async def test_events_posted_while_the_child_is_replaced_are_dropped(fake_api, writer):
+    recorder = writer.recorder()
+    first = writer.pid
+    os.kill(first, signal.SIGKILL)
+    await until(lambda: not writer._ready.is_set())
+    assert recorder.post("ns", "p", "uid-1", "Scheduled", "m") is False and recorder.dropped == 1
+    await until(lambda: writer.pid != first and writer._ready.is_set(), timeout=10.0)
+    assert recorder.post("ns", "p", "uid-1", "Scheduled", "m")
+    await until(lambda: fake_api.seen("POST", EVENTS))
+
+
+def test_a_recorder_needs_its_session():
+    with pytest.raises(KeyError, match="events: no session 'ev'"):
+        WriterProcess(None, {"binds": Limits()}, events={"session": "ev"})
+    with pytest.raises(KeyError, match="without an event recorder"):
+        WriterProcess(None, {"binds": Limits()}).recorder()
