@@ -21,8 +21,8 @@ def condition(obj: dict | None, kind: str) -> dict:
 
 def timestamp(micro: bool = False, at: dt.datetime | None = None) -> str:
     """Now (or `at`) as the apiserver writes it: `2026-01-02T03:04:05Z` or `...05.123456Z` (MicroTime)."""
-    at = (at or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
-    return at.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
+    at = dt.datetime.now(dt.UTC) if at is None else at.astimezone(dt.UTC)
+    return at.replace(tzinfo=None).isoformat(timespec="microseconds" if micro else "seconds") + "Z"  # 2.7x strftime
 
 
 def parse_time(value: object) -> dt.datetime | None:
