@@ -17,7 +17,7 @@ e2e tests (tests/e2e/operator_proc.py). In order:
    Both kinds of pod ask for 100m CPU. `default` is kube-scheduler's default, QPS 50 / burst 100; fgpu gets the
    same (`--qps 50 --burst 100`; its own default is 500/1000), so each setting compares equal client limits.
    Modes: `fast`, pods created as fast as the creator can (64 creates in flight); `rate`, pods offered at
-   --rate pods/s.
+   --rate pods/s (a comma-separated list sweeps: one run per rate).
 
 Nodes: one set of --nodes KWOK nodes, each with --gpus-per-node GPUs, shared by both schedulers, which run one
 at a time (the other is stopped): a scheduler process is started for its setting, runs its modes, and is
@@ -25,7 +25,10 @@ stopped; between runs every pod is deleted (grace 0), the scheduler is left to t
 under 35% of a core; how long is logged and kept in the JSON), and a new namespace is used. Every node carries
 the fgpu GPU inventory annotation (fractional GPUs, splitCount 10). Before fgpu's runs the nodes advertise
 `nvidia.com/gpu: 10 x GPUs` (a fractional node's device slots, which the operator counts), before
-kube-scheduler's `nvidia.com/gpu: GPUs` (whole GPUs): node status is patched between the two.
+kube-scheduler's `nvidia.com/gpu: GPUs` (whole GPUs): node status is patched between the two. KWOK heartbeats
+the nodes with its default stage (node status patched every 20-45 s each: ~31 writes/s at 1,000 nodes, every one
+a watch event for the scheduler) or, with --node-heartbeat lease, as a kubelet does (a Lease renewed every
+quarter of --node-lease-seconds, node status every 10-20 min).
 
 Measured on the client's clock (time.perf_counter): create->bound = first watch event showing spec.nodeName
 minus the moment the create request was sent; pods/s = pods bound / (last bound - first create sent). A run
@@ -120,6 +123,16 @@ def parse_settings(text: str) -> list[Setting]:
     return out
 
 
+def parse_rates(text: str) -> list[float]:
+    try:
+        rates = [float(t) for t in text.split(",")]
+    except ValueError:
+        rates = []
+    if not rates or not all(0 < r < float("inf") for r in rates):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a rate list; allowed: comma-separated pods/s above 0")
+    return list(dict.fromkeys(rates))
+
+
 def parse_modes(text: str) -> list[str]:
     modes = [m.strip() for m in text.split(",")]
     bad = [m for m in modes if m not in ("fast", "rate")]
@@ -151,7 +164,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="comma-separated client QPS/burst for both schedulers, or 'default' (50/100)")
     ap.add_argument("--modes", type=parse_modes, default=["fast", "rate"],
                     help="comma-separated: fast (as fast as the creator can), rate (offered at --rate)")
-    ap.add_argument("--rate", type=positive(float), default=100.0, help="offered pods/s of the rate mode")
+    ap.add_argument("--rate", type=parse_rates, default=[100.0],
+                    help="offered pods/s of the rate mode; comma-separated, the rate mode runs once per rate")
     ap.add_argument("--policy", choices=LIVE_POLICIES, default="fgpu", help="the operator's --policy")
     small = ap.add_mutually_exclusive_group()
     small.add_argument("--small", action="store_true", help="run only the small case (1,000 pods on 100 nodes)")
@@ -165,6 +179,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--fgpu-args", default="", help="more arguments for `fgpu operator`, space-separated "
                                                     "(e.g. '--binds-in-flight 256')")
     ap.add_argument("--keep-logs", action="store_true", help="keep the control plane's and operator's logs")
+    ap.add_argument("--node-heartbeat", choices=("status", "lease"), default="status",
+                    help="KWOK's node heartbeat: status (KWOK's default stage, node status patched every 20-45 s) or "
+                         "lease (as a kubelet: a Lease renewed every quarter of --node-lease-seconds, node status "
+                         "every 10-20 min)")
+    ap.add_argument("--node-lease-seconds", type=positive(int), default=40,
+                    help="with --node-heartbeat lease: the Lease's duration (kubelet's default 40 s)")
     ap.add_argument("--no-pod-stages", action="store_true",
                     help="KWOK runs only its node stages: bound pods are not marked Running, so neither scheduler's "
                          "run carries KWOK's pod status writes (which land inside a slow run and after a fast one)")
@@ -474,7 +494,9 @@ class Bench:
         self.plane.stop_component("kube-scheduler")
 
     # -- one run
-    def run(self, scheduler: str, pid: int, setting_label: str, mode: str, pods: int, make_pod=None) -> dict:
+    def run(self, scheduler: str, pid: int, setting_label: str, mode: str, pods: int, make_pod=None,
+            rate: float | None = None) -> dict:
+        """One run of `pods` pods; `rate` (pods/s offered) with mode "rate"."""
         self.serial += 1
         namespace = self.plane.create_namespace(f"bench-{self.serial}-{scheduler}-{mode}")
         bodies = [(make_pod or (fgpu_pod if scheduler == "fgpu" else kube_pod))(i) for i in range(pods)]
@@ -486,7 +508,6 @@ class Bench:
         dropped = "fgpu_scheduler_events_dropped_total"
         dropped0 = (operator_value(self.metrics_port, dropped) or 0.0) if scheduler == "fgpu" else 0.0
         log(f"run {self.serial}: {label}, {pods} pods on {len(self.nodes)} nodes")
-        rate = self.args.rate if mode == "rate" else None
         trace = asyncio.run(run_pods(self.creds, namespace, bodies, rate, self.args.stall, label))
         cpu = {k: proc_cpu(p, children=k == "scheduler") - cpu0[k] for k, p in pids.items()}
         hwm, rss = proc_memory(pid)
@@ -679,14 +700,15 @@ def targets(rows: list[dict], args: argparse.Namespace) -> list[tuple[str, str, 
     out = []
     big = [r for r in rows if r.get("case") != "small"]
     for setting in dict.fromkeys(r["setting"] for r in big):
-        for mode in args.modes:
-            pair = {r["scheduler"]: r for r in big if r["setting"] == setting and r["mode"] == mode}
+        for mode, rate in [(m, r) for m in args.modes for r in (args.rate if m == "rate" else [None])]:
+            pair = {r["scheduler"]: r for r in big
+                    if r["setting"] == setting and r["mode"] == mode and r.get("rate_offered") == rate}
             if len(pair) < 2:
                 continue
             f, k = pair["fgpu"], pair["kube-scheduler"]
             ratio = f["pods_per_s"] / k["pods_per_s"] if k["pods_per_s"] else float("nan")
             target = mode == "fast"
-            note = "" if target else " (informational: both offered the same rate)"
+            note = "" if target else f" {rate:g}/s (informational: both offered the same rate)"
             out.append((f"fgpu ≥ 1.0× kube-scheduler pods/s, {setting}, {mode}{note}",
                         f"{f['pods_per_s']:.1f} vs {k['pods_per_s']:.1f} = {ratio:.2f}×",
                         met(ratio) if target else "—"))
@@ -735,16 +757,35 @@ def plot(rows: list[dict], path: Path) -> str:
     groups += [(f"mode: {m}", [r for r in rows if r.get("case") != "small" and r["mode"] == m])
                for m in dict.fromkeys(r["mode"] for r in rows if r.get("case") != "small")]
     groups = [g for g in groups if g[1]]
-    fig, axes = plt.subplots(1, len(groups), figsize=(6.5 * len(groups), 4.8), squeeze=False)
-    for ax, (title, group) in zip(axes[0], groups, strict=True):
+    sweep = [r for r in rows if r.get("case") != "small" and r["mode"] == "rate"]
+    swept = len({r["rate_offered"] for r in sweep}) > 1
+    fig, axes = plt.subplots(1, len(groups) + swept, figsize=(6.5 * (len(groups) + swept), 4.8), squeeze=False)
+    for ax, (title, group) in zip(axes[0], groups, strict=False):
         for r in group:
             xs = [0.0, *r["bound_at"]]
-            ax.step(xs, range(len(xs)), where="post", label=f"{r['scheduler']} {r['setting']} ({r['pods_per_s']:.0f}/s)",
+            offered = f", offered {r['rate_offered']:g}/s" if r.get("rate_offered") else ""
+            ax.step(xs, range(len(xs)), where="post",
+                    label=f"{r['scheduler']} {r['setting']}{offered} ({r['pods_per_s']:.0f}/s)",
                     linestyle="-" if r["scheduler"] == "fgpu" else "--")
         ax.set_title(f"{title}: {group[0]['pods']} pods, {group[0]['nodes']} nodes")
         ax.set_xlabel("seconds since the first create")
         ax.set_ylabel("pods bound")
         ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    if swept:  # create->bound against the offered rate, one line per scheduler and setting
+        ax = axes[0][-1]
+        for key in dict.fromkeys((r["scheduler"], r["setting"]) for r in sweep):
+            line = sorted((r for r in sweep if (r["scheduler"], r["setting"]) == key), key=lambda r: r["rate_offered"])
+            xs = [r["rate_offered"] for r in line]
+            style = "-" if key[0] == "fgpu" else "--"
+            ax.plot(xs, [r["p99"] for r in line], style, marker="o", label=f"{key[0]} {key[1]} p99")
+            ax.plot(xs, [r["p50"] for r in line], style, marker=".", alpha=0.6, label=f"{key[0]} {key[1]} p50")
+        ax.axhline(1.0, color="grey", linewidth=0.8)
+        ax.set_yscale("log")
+        ax.set_title("create->bound against the offered rate")
+        ax.set_xlabel("pods/s offered")
+        ax.set_ylabel("seconds")
+        ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -762,17 +803,30 @@ def machine() -> dict:
 
 
 # ---- main -----------------------------------------------------------------------------------------------------
-def node_stages_only(plane, workdir: Path) -> Path:
-    """KWOK's stage file from testbin without its pod stages (node-initialize and node-heartbeat only)."""
+def kwok_stages(plane, workdir: Path, args) -> Path | None:
+    """KWOK's stage file for this run: testbin's upstream stages (None) unless --no-pod-stages drops the pod
+    stages or --node-heartbeat lease swaps node-heartbeat for node-heartbeat-with-lease."""
     import yaml
 
-    from devcluster.kubeplane import KWOK_STAGES
+    from devcluster.kubeplane import KWOK_LEASE_STAGE, KWOK_STAGES
 
-    stages = [d for d in yaml.safe_load_all((plane.testbin / KWOK_STAGES).read_text())
-              if d and d.get("kind") == "Stage" and d["metadata"]["name"].startswith("node-")]
-    path = workdir / "kwok-node-stages.yaml"
+    if not args.no_pod_stages and args.node_heartbeat == "status":
+        return None
+    stages = [d for d in yaml.safe_load_all((plane.testbin / KWOK_STAGES).read_text()) if d and d.get("kind") == "Stage"]
+    if args.no_pod_stages:
+        stages = [d for d in stages if d["metadata"]["name"].startswith("node-")]
+    if args.node_heartbeat == "lease":
+        lease = [d for d in yaml.safe_load_all((plane.testbin / KWOK_LEASE_STAGE).read_text()) if d]
+        stages = [d for d in stages if d["metadata"]["name"] != "node-heartbeat"] + lease
+    path = workdir / "kwok-stages.yaml"
     path.write_text(yaml.safe_dump_all(stages))
     return path
+
+
+def heartbeat_label(args) -> str:
+    if args.node_heartbeat == "lease":
+        return f"by Lease ({args.node_lease_seconds} s, renewed every {args.node_lease_seconds / 4:g} s; status every 10-20 min)"
+    return "by node status every 20-45 s (KWOK's default stage)"
 
 
 def _interrupted(signum, frame) -> None:
@@ -794,7 +848,8 @@ def main() -> int:
     ok = False
     try:
         plane.start()
-        plane.start_kwok(node_stages_only(plane, workdir) if args.no_pod_stages else None)
+        plane.start_kwok(kwok_stages(plane, workdir, args),
+                         node_lease_seconds=args.node_lease_seconds if args.node_heartbeat == "lease" else 0)
         if not args.no_small:
             bench.add_nodes(args.small_nodes)
             for webhook in (False, True):  # then the same pods as users write them
@@ -809,7 +864,8 @@ def main() -> int:
                 for scheduler in args.schedulers:
                     pid = bench.start(scheduler, setting)
                     for mode in args.modes:
-                        bench.run(scheduler, pid, setting.label, mode, args.pods)
+                        for rate in args.rate if mode == "rate" else [None]:
+                            bench.run(scheduler, pid, setting.label, mode, args.pods, rate=rate)
                     bench.stop()
         ok = True
     except KeyboardInterrupt:
@@ -831,7 +887,8 @@ def main() -> int:
     checks = targets(rows, args)
     print(f"\n{info['cpus']} CPUs shared with everything (and other users); load average at start "
           f"{info['loadavg'][0]:.2f}, at end {os.getloadavg()[0]:.2f}; {args.gpus_per_node} GPUs per node; "
-          f"fgpu policy {args.policy}; operator and pod creator on Python {info['python']}; KWOK {'node stages only' if args.no_pod_stages else 'marks bound pods Running'}"
+          f"fgpu policy {args.policy}; operator and pod creator on Python {info['python']}; KWOK {'node stages only' if args.no_pod_stages else 'marks bound pods Running'}, "
+          f"node heartbeat {heartbeat_label(args)}"
           f"; wall time {wall:.0f} s\n")
     print(results_table(rows))
     print("\nCPU during each run (share of one core; the machine has "

@@ -27,6 +27,7 @@ import yaml
 
 BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd", "kwok", "helm")
 KWOK_STAGES = "kwok-stages.yaml"  # upstream KWOK stage definitions, copied there by hack/testbin.sh
+KWOK_LEASE_STAGE = "kwok-stage-node-heartbeat-with-lease.yaml"  # the kubelet-like heartbeat, the same way
 KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 SERVICE_CIDR = "10.0.0.0/24"
@@ -53,8 +54,7 @@ def find_testbin(raw: str | None) -> Path:
     if not path.is_dir():
         raise TestbinError(f"FGPU_TESTBIN={raw} is not a directory; `make testbin` prints the right one")
     missing = [b for b in BINARIES if not os.access(path / b, os.X_OK)]
-    if not (path / KWOK_STAGES).is_file():
-        missing.append(KWOK_STAGES)
+    missing += [f for f in (KWOK_STAGES, KWOK_LEASE_STAGE) if not (path / f).is_file()]
     if missing:
         raise TestbinError(
             f"FGPU_TESTBIN={raw} lacks {', '.join(missing)}; rebuild it with `make testbin`"
@@ -361,10 +361,11 @@ class ControlPlane:
         ])
         sched.wait_ready(lambda: http_ok(f"https://127.0.0.1:{port}/readyz"), 90, "/readyz answering ok")
 
-    def start_kwok(self, stages: Path | None = None) -> None:
+    def start_kwok(self, stages: Path | None = None, node_lease_seconds: int = 0) -> None:
         """KWOK manages nodes annotated kwok.x-k8s.io/node=fake (marks them Ready, heartbeats them) and runs
         the pods bound to them (Pending -> Running, pod IPs), with the upstream stages from testbin or the
-        stage definitions in `stages`."""
+        stage definitions in `stages`. With `node_lease_seconds`, KWOK also keeps each node's Lease in
+        kube-node-lease as a kubelet does (renewed every quarter of that)."""
         if self.running("kwok"):
             return
         port = free_port()
@@ -378,6 +379,7 @@ class ControlPlane:
             "--cidr=10.244.0.0/16",
             "--node-ip=10.0.1.1",
             f"--server-address=127.0.0.1:{port}",
+            *([f"--node-lease-duration-seconds={node_lease_seconds}"] if node_lease_seconds else []),
         ])
         kwok.wait_ready(lambda: http_ok(f"http://127.0.0.1:{port}/healthz"), 60, "/healthz answering ok")
 

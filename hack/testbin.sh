@@ -32,12 +32,16 @@ K8S_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet)
 KWOK_STAGES=kwok-stages.yaml
 KWOK_STAGE_FILES=(node/fast/node-initialize.yaml node/heartbeat/node-heartbeat.yaml
                   pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml)
+# The kubelet-like heartbeat (node status every 10-20 min, a Lease renewed instead), in place of
+# node-heartbeat: the scheduler bench's --node-heartbeat lease swaps it in.
+KWOK_LEASE_STAGE=kwok-stage-node-heartbeat-with-lease.yaml
+KWOK_LEASE_STAGE_FILE=node/heartbeat-with-lease/node-heartbeat-with-lease.yaml
 
 say() { echo "testbin: $*" >&2; }
 die() { echo "testbin: $*" >&2; exit 1; }
 
 warm() {
-    [[ -f "$OUT/.stamp" && "$(cat "$OUT/.stamp")" == "$PINNED" && -f "$OUT/$KWOK_STAGES" ]] || return 1
+    [[ -f "$OUT/.stamp" && "$(cat "$OUT/.stamp")" == "$PINNED" && -f "$OUT/$KWOK_STAGES" && -f "$OUT/$KWOK_LEASE_STAGE" ]] || return 1
     local b
     for b in "${BINARIES[@]}"; do [[ -x "$OUT/$b" ]] || return 1; done
 }
@@ -180,21 +184,26 @@ go_tool helm "helm $HELM_VERSION" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" helm.
     "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
 
 # ---- KWOK stages ---------------------------------------------------------------------------------------
-if [[ ! -f "$OUT/$KWOK_STAGES" ]]; then
+# write_stages OUTNAME FILE...: the upstream stage files, concatenated into $OUT/OUTNAME
+write_stages() {
+    local name=$1 f
+    shift
     [[ -f "$SRC/kwok/go.mod" ]] || new_module kwok
     kdir=$(cd "$SRC/kwok" && go mod download -json sigs.k8s.io/kwok@"$KWOK_VERSION" 2>>"$LOG" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p') || true
     [[ -n "$kdir" && -d "$kdir/kustomize/stage" ]] || die "cannot download sigs.k8s.io/kwok@$KWOK_VERSION (for its stage files) from the Go module proxy (GOPROXY=$GOPROXY_SHOWN) (full log: $LOG)"
     {
         echo "# KWOK stages copied from sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage by hack/testbin.sh"
-        for f in "${KWOK_STAGE_FILES[@]}"; do
+        for f in "$@"; do
             [[ -f "$kdir/kustomize/stage/$f" ]] || die "sigs.k8s.io/kwok@$KWOK_VERSION has no kustomize/stage/$f"
             echo "---"
             cat "$kdir/kustomize/stage/$f"
         done
-    } >"$OUT/$KWOK_STAGES.tmp"
-    mv "$OUT/$KWOK_STAGES.tmp" "$OUT/$KWOK_STAGES"
-    say "kwok: wrote $KWOK_STAGES"
-fi
+    } >"$OUT/$name.tmp"
+    mv "$OUT/$name.tmp" "$OUT/$name"
+    say "kwok: wrote $name"
+}
+[[ -f "$OUT/$KWOK_STAGES" ]] || write_stages "$KWOK_STAGES" "${KWOK_STAGE_FILES[@]}"
+[[ -f "$OUT/$KWOK_LEASE_STAGE" ]] || write_stages "$KWOK_LEASE_STAGE" "$KWOK_LEASE_STAGE_FILE"
 
 say "checking that each binary runs"
 for b in "${BINARIES[@]}"; do verify "$b"; done
