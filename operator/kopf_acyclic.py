@@ -27,17 +27,19 @@ def make_kopf_bodies_acyclic() -> None:
     def meta_patch_init(self, src, /) -> None:
         dicts.MutableMappingView.__init__(self, src, "metadata")
 
-    bodies.Body.__init__ = body_init
-    bodies.Body.meta = bodies.Body.metadata = property(bodies.Meta)
-    bodies.Body.spec = property(bodies.Spec)
-    bodies.Body.status = property(bodies.Status)
-    bodies.Meta.__init__ = meta_init
-    bodies.Meta.labels = property(lambda meta: dicts.MappingView(meta, "labels"))
-    bodies.Meta.annotations = property(lambda meta: dicts.MappingView(meta, "annotations"))
-    patches.Patch.__init__ = patch_init
-    patches.Patch.meta = patches.Patch.metadata = property(patches.MetaPatch)
-    patches.Patch.spec = property(patches.SpecPatch)
-    patches.Patch.status = property(patches.StatusPatch)
-    patches.MetaPatch.__init__ = meta_patch_init
-    patches.MetaPatch.labels = property(lambda meta: dicts.MutableMappingView(meta, "labels"))
-    patches.MetaPatch.annotations = property(lambda meta: dicts.MutableMappingView(meta, "annotations"))
+    def labels_and_annotations(view) -> dict:
+        return {name: (lambda parent, name=name: view(parent, name)) for name in ("labels", "annotations")}
+
+    _views_on_demand(bodies.Body, body_init, meta=bodies.Meta, metadata=bodies.Meta, spec=bodies.Spec,
+                     status=bodies.Status)
+    _views_on_demand(bodies.Meta, meta_init, **labels_and_annotations(dicts.MappingView))
+    _views_on_demand(patches.Patch, patch_init, meta=patches.MetaPatch, metadata=patches.MetaPatch,
+                     spec=patches.SpecPatch, status=patches.StatusPatch)
+    _views_on_demand(patches.MetaPatch, meta_patch_init, **labels_and_annotations(dicts.MutableMappingView))
+
+
+def _views_on_demand(cls: type, init, **views) -> None:
+    """`cls` built by `init` (which keeps no views), each named view made from the object when read."""
+    cls.__init__ = init
+    for name, make in views.items():
+        setattr(cls, name, property(make))
