@@ -38,6 +38,10 @@ from .queue import ActiveQueue, sort_key
 
 log = logging.getLogger("fgpu.scheduler")
 FINISHED = ("Succeeded", "Failed")
+#: Seconds before a pod whose attempt raised is tried again, doubling per error in a row up to the second figure:
+#: kube-scheduler's podInitialBackoffSeconds and podMaxBackoffSeconds. Without it such a pod waited for the next
+#: capacity change, which a quiet cluster may never make.
+ERROR_BACKOFF = (1.0, 10.0)
 
 
 @dataclass
@@ -46,6 +50,7 @@ class Pending:
     request: object  # GpuRequest | None
     message: str = ""  # the last explanation written on the pod
     reason: str = ""  # why it was parked, one of metrics.REASONS (the pending-pods gauge)
+    errors: int = 0  # attempts in a row that raised (their backoff doubles)
 
     @property
     def key(self) -> tuple[int, int]:
@@ -191,6 +196,14 @@ class Scheduler:
         self.parked.clear()
         self._wake.set()
 
+    def _retry_after_error(self, uid: str, entry: Pending) -> None:
+        """An errored pod's backoff is over: back to the queue, unless it left the parked set meanwhile
+        (capacity changed and it was retried, or it was deleted)."""
+        if self.parked.get(uid) is entry:
+            del self.parked[uid]
+            self.queue.push(uid, entry, entry.key)
+            self._wake.set()
+
     # --- the loop ------------------------------------------------------------------------------------------
     async def run(self) -> None:
         while True:
@@ -200,11 +213,14 @@ class Scheduler:
                 uid, entry = self.queue.pop()
                 try:
                     await self._schedule_one(uid, entry)
-                except Exception:  # one bad pod must not stop the scheduler: log it, park it
+                except Exception:  # one bad pod must not stop the scheduler: log it, park it, retry it later
                     log.exception("scheduling %s failed", pod_key(entry.pod))
                     self.metrics.attempt("error", "Error")
-                    entry.reason = "Error"
+                    entry.reason, entry.errors = "Error", entry.errors + 1
                     self.parked[uid] = entry
+                    first, most = ERROR_BACKOFF
+                    backoff = min(first * 2 ** (entry.errors - 1), most)
+                    asyncio.get_running_loop().call_later(backoff, self._retry_after_error, uid, entry)
                 await asyncio.sleep(0)  # let watch events in between decisions
 
     async def _schedule_one(self, uid: str, entry: Pending) -> None:

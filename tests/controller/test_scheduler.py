@@ -149,3 +149,44 @@ def test_a_pod_decided_just_before_losing_the_lease_is_placed_once_leading_again
         loop.cancel()
 
     asyncio.run(scenario())
+
+
+def test_a_pod_whose_attempt_errs_is_retried_after_a_backoff_without_a_capacity_change(monkeypatch):
+    """kube-scheduler's error backoff: an attempt that raised parks the pod, and the backoff (1 s doubling to 10 s
+    there, shortened here) brings it back even though nothing in the cluster changed; a pod deleted meanwhile
+    is not brought back."""
+    from fgpu_operator.controller import scheduler as scheduler_module
+
+    monkeypatch.setattr(scheduler_module, "ERROR_BACKOFF", (0.05, 0.2))
+
+    async def scenario():
+        api, events = FakeApi(), FakeEvents()
+        live = LiveCluster(policy="binpack")
+        failures = {"flaky": 2, "gone": 1}
+        real_schedule = live.schedule
+
+        def schedule(uid, request, policy=None):
+            if failures.get(uid):
+                failures[uid] -= 1
+                raise RuntimeError(f"injected failure for {uid}")
+            return real_schedule(uid, request, policy)
+
+        live.schedule = schedule
+        s = Scheduler(live, api, events)
+        loop = asyncio.create_task(s.run())
+        s.on_node("ADDED", {"metadata": {"name": "n", "annotations": {
+            keys.INVENTORY: fractional_inventory("n", 2, uuid=lambda i: f"GPU-{i}")}},
+            "status": {"allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"}}})
+        s.on_pod("ADDED", pod("flaky", 300))
+        s.on_pod("ADDED", pod("gone", 300))
+        await asyncio.sleep(0.01)
+        assert set(s.parked) == {"flaky", "gone"} and s.parked["flaky"].reason == "Error"
+        s.on_pod("DELETED", pod("gone", 300))
+        await asyncio.sleep(0.4)  # two backoffs for flaky (0.05, then 0.1); gone's passes with no pod to retry
+        await s.drain()
+        binds = [c[1] for c in api.calls if c[1].endswith("/binding")]
+        assert binds == ["/api/v1/namespaces/ns/pods/flaky/binding"]
+        assert failures == {"flaky": 0, "gone": 0} and not s.parked and not s.queue
+        loop.cancel()
+
+    asyncio.run(scenario())
