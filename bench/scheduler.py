@@ -500,7 +500,7 @@ class Bench:
         self.serial += 1
         namespace = self.plane.create_namespace(f"bench-{self.serial}-{scheduler}-{mode}")
         bodies = [(make_pod or (fgpu_pod if scheduler == "fgpu" else kube_pod))(i) for i in range(pods)]
-        label = f"{scheduler} {setting_label} {mode}"
+        label = f"{scheduler} {setting_label} {mode}" + (f" {rate:g}/s" if rate else "")
         others = {name: self.plane.pid(name) for name in ("kube-apiserver", "etcd", "kwok")}
         pids = {"scheduler": pid, **others, "bench": os.getpid()}
         cpu0 = {k: proc_cpu(p, children=k == "scheduler") for k, p in pids.items()}
@@ -678,9 +678,20 @@ def cpu_table(rows: list[dict]) -> str:
     for r in rows:
         parts = [r["cpu"][k] for k in PROCESSES]
         per_pod = " / ".join(ms(r["cpu_ms_per_pod"][k]) for k in PROCESSES)
-        out.append(f"| {r['scheduler']} {r['setting']} {r['mode']} | {r['wall']:.1f} s | "
+        out.append(f"| {run_label(r)} | {r['wall']:.1f} s | "
                    + " | ".join(f"{p:.0%}" for p in parts) + f" | {sum(parts):.0%} | {per_pod} |")
     return "\n".join(out)
+
+
+def run_label(r: dict) -> str:
+    """A run as the tables name it: scheduler, setting, mode, and the offered rate of a rate run."""
+    rate = f" {r['rate_offered']:g}/s" if r.get("rate_offered") else ""
+    return f"{r['scheduler']} {r['setting']} {r['mode']}{rate}"
+
+
+def mode_rates(args: argparse.Namespace) -> list[tuple[str, float | None]]:
+    """The (mode, offered rate) of each run a scheduler makes per setting: a rate run per --rate entry."""
+    return [(mode, rate) for mode in args.modes for rate in (args.rate if mode == "rate" else [None])]
 
 
 def writes_table(rows: list[dict]) -> str:
@@ -691,7 +702,7 @@ def writes_table(rows: list[dict]) -> str:
         detail = ", ".join(f"{k} {v:.2f}" for k, v in w.items() if v >= 0.005)
         if r.get("events_dropped"):  # the operator's own count: Events its recorder's full backlog refused
             detail += f"; {r['events_dropped']:.0f} pod Events dropped"
-        out.append(f"| {r['scheduler']} {r['setting']} {r['mode']} | {sum(w.values()):.2f} | {detail} |")
+        out.append(f"| {run_label(r)} | {sum(w.values()):.2f} | {detail} |")
     return "\n".join(out)
 
 
@@ -700,7 +711,7 @@ def targets(rows: list[dict], args: argparse.Namespace) -> list[tuple[str, str, 
     out = []
     big = [r for r in rows if r.get("case") != "small"]
     for setting in dict.fromkeys(r["setting"] for r in big):
-        for mode, rate in [(m, r) for m in args.modes for r in (args.rate if m == "rate" else [None])]:
+        for mode, rate in mode_rates(args):
             pair = {r["scheduler"]: r for r in big
                     if r["setting"] == setting and r["mode"] == mode and r.get("rate_offered") == rate}
             if len(pair) < 2:
@@ -863,9 +874,8 @@ def main() -> int:
             for setting in args.settings:
                 for scheduler in args.schedulers:
                     pid = bench.start(scheduler, setting)
-                    for mode in args.modes:
-                        for rate in args.rate if mode == "rate" else [None]:
-                            bench.run(scheduler, pid, setting.label, mode, args.pods, rate=rate)
+                    for mode, rate in mode_rates(args):
+                        bench.run(scheduler, pid, setting.label, mode, args.pods, rate=rate)
                     bench.stop()
         ok = True
     except KeyboardInterrupt:

@@ -196,10 +196,11 @@ class Scheduler:
         self.parked.clear()
         self._wake.set()
 
-    def _retry_after_error(self, uid: str, entry: Pending) -> None:
-        """An errored pod's backoff is over: back to the queue, unless it left the parked set meanwhile
-        (capacity changed and it was retried, or it was deleted)."""
-        if self.parked.get(uid) is entry:
+    def _retry_after_error(self, uid: str, entry: Pending, errors: int) -> None:
+        """An errored pod's backoff is over: back to the queue, unless it is no longer parked for that error
+        (capacity changed and it was retried, and then placed, parked for another reason or errored again with
+        a longer backoff of its own; or it was deleted)."""
+        if self.parked.get(uid) is entry and entry.reason == "Error" and entry.errors == errors:
             del self.parked[uid]
             self.queue.push(uid, entry, entry.key)
             self._wake.set()
@@ -220,7 +221,7 @@ class Scheduler:
                     self.parked[uid] = entry
                     first, most = ERROR_BACKOFF
                     backoff = min(first * 2 ** (entry.errors - 1), most)
-                    asyncio.get_running_loop().call_later(backoff, self._retry_after_error, uid, entry)
+                    asyncio.get_running_loop().call_later(backoff, self._retry_after_error, uid, entry, entry.errors)
                 await asyncio.sleep(0)  # let watch events in between decisions
 
     async def _schedule_one(self, uid: str, entry: Pending) -> None:
