@@ -54,14 +54,25 @@ def catalogue_shape(metrics: dict[str, Metric]) -> dict[str, str]:
 
 
 def registry_shape(registry) -> dict[str, str]:
-    """Family name (a counter's with `_total`, as the catalogue writes it) -> type, samples or not."""
-    return {f.name + ("_total" if f.type == "counter" else ""): f.type for f in registry.collect()}
+    """Family name (a counter's with `_total`, as the catalogue writes it) -> type, samples or not; `registry`
+    is a prometheus_client registry or a text exposition."""
+    return {f.name + ("_total" if f.type == "counter" else ""): f.type for f in _families(registry)}
 
 
 def sample_labels(registry) -> dict[str, set[tuple[str, ...]]]:
-    """Family (catalogue name) -> the label-name tuples its samples carry (a histogram's `le` left out)."""
+    """Family (catalogue name) -> the label-name tuples its samples carry (a histogram's `le` left out);
+    `registry` as in `registry_shape`."""
     out: dict[str, set[tuple[str, ...]]] = {}
-    for f in registry.collect():
+    for f in _families(registry):
         name = f.name + ("_total" if f.type == "counter" else "")
         out[name] = {tuple(k for k in s.labels if k != "le") for s in f.samples}
     return out
+
+
+def _families(registry):
+    """A registry's families, or a text's without the `_created` gauges prometheus_client writes beside each
+    counter and histogram unless disabled (`fgpu operator` disables them; a registry holds them as samples)."""
+    if not isinstance(registry, str):
+        return registry.collect()
+    return [f for f in text_string_to_metric_families(registry)
+            if not (f.type == "gauge" and f.name.endswith("_created"))]

@@ -4,10 +4,10 @@
 Events are counted where they happen, at the cost of a cached counter child's `inc` (scheduling attempts,
 Binding results, create->bound latency, webhook decisions). Everything that is state — pending pods, the
 cluster's allocation and fragmentation, per-GPU and per-container allocations, leadership — is computed at
-scrape time from the scheduler's in-memory model by `ModelCollector`, so a released pod's series vanish with
+scrape time from the scheduler's in-memory model by `ModelGauges`, so a released pod's series vanish with
 it and nothing is kept up to date per pod. The model is not thread-safe (one asyncio loop owns it), so the
 scrape thread has the loop take a `snapshot` (counts, numpy figures, references to immutable rows: ~10 ms for
-1000 nodes and 16k pods on a busy 2-CPU machine) and builds the series itself.
+1000 nodes and 16k pods on a busy 2-CPU machine) and builds the series itself; `exposition` writes them.
 """
 from __future__ import annotations
 
@@ -15,13 +15,11 @@ import asyncio
 import concurrent.futures
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from fgpu_contracts.metrics import Metric, of
 
@@ -32,6 +30,7 @@ from ..placement.fragmentation import FragMeter
 from ..placement.framework import Unschedulable
 from ..placement.gpus import gpu_memory_mib, gpu_sms
 from ..placement.model import MILLI
+from . import exposition
 
 log = logging.getLogger("fgpu.metrics")
 CATALOGUE: dict[str, Metric] = of("operator")
@@ -86,8 +85,8 @@ def _histogram(name: str, registry: CollectorRegistry) -> Histogram:
 
 
 class OperatorMetrics:
-    """The operator's registry: event counters (called from the scheduler and the webhook) and the model
-    collector (`attach` it to the scheduler once there is one)."""
+    """The operator's registry of event counters (called from the scheduler and the webhook) and the model's
+    gauges (`attach` them to the scheduler once there is one)."""
 
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()
@@ -107,8 +106,7 @@ class OperatorMetrics:
         for reason in REASONS:
             if reason != "Error":
                 self._child(self._attempts, "unschedulable", reason)
-        self.model = ModelCollector()
-        self.registry.register(self.model)
+        self.model = ModelGauges()
 
     def _child(self, metric, *labels: str):
         key = (id(metric), *labels)
@@ -142,13 +140,16 @@ class OperatorMetrics:
         m = self.model
         m.identity, m.is_leader, m.loop, m.scheduler = identity, is_leader, loop, scheduler
 
+    def exposition(self) -> bytes:
+        """What /metrics answers: the registry's families, then every gauge of the catalogue."""
+        return generate_latest(self.registry) + self.model.text().encode()
+
     def serve(self, port: int, addr: str = "0.0.0.0"):
         """Serve /metrics on a thread; returns the HTTP server (`shutdown()` it). OSError if the port is taken."""
-        server, _ = start_http_server(port, addr, registry=self.registry)
-        return server
+        return exposition.serve(self.exposition, port, addr)
 
 
-class ModelCollector(Collector):
+class ModelGauges:
     """Every gauge of the catalogue, computed from the scheduler's model when scraped."""
 
     GAUGES = tuple(name for name, m in CATALOGUE.items() if m.type == "gauge")
@@ -159,24 +160,13 @@ class ModelCollector(Collector):
         self.is_leader: Callable[[], bool] = lambda: False
         self.loop: asyncio.AbstractEventLoop | None = None
         self.timeout_s = timeout_s
+        self.writer = exposition.GaugeWriter((name, CATALOGUE[name].help, CATALOGUE[name].labels)
+                                             for name in self.GAUGES)
 
-    def describe(self) -> Iterable[GaugeMetricFamily]:
-        return [self._family(name) for name in self.GAUGES]
+    def text(self) -> str:
+        return self.writer.write(self.samples())
 
-    def collect(self) -> Iterable[GaugeMetricFamily]:
-        samples = self._samples()
-        for name in self.GAUGES:
-            family = self._family(name)
-            for labels, value in samples.get(name, {}).items():
-                family.add_metric(labels, value)
-            yield family
-
-    @staticmethod
-    def _family(name: str) -> GaugeMetricFamily:
-        m = CATALOGUE[name]
-        return GaugeMetricFamily(name, m.help, labels=m.labels)
-
-    def _samples(self) -> dict[str, dict[tuple[str, ...], float]]:
+    def samples(self) -> dict[str, dict[tuple[str, ...], float]]:
         out: dict[str, dict[tuple[str, ...], float]] = {}
         if self.identity:
             out["fgpu_operator_leader"] = {(self.identity,): 1.0 if self.is_leader() else 0.0}

@@ -15,7 +15,14 @@ from pathlib import Path
 import kopf
 import numpy as np
 from fgpu_operator.controller import webhook
-from fgpu_operator.controller.metrics import REASONS, OperatorMetrics, reason_plugin, unschedulable_reason
+from fgpu_operator.controller.exposition import GaugeWriter
+from fgpu_operator.controller.metrics import (
+    CATALOGUE,
+    REASONS,
+    OperatorMetrics,
+    reason_plugin,
+    unschedulable_reason,
+)
 from fgpu_operator.controller.scheduler import Scheduler
 from fgpu_operator.kube.events import EventRecorder
 from fgpu_operator.objects import timestamp
@@ -26,7 +33,8 @@ from fgpu_operator.placement.live import LiveCluster
 from fgpu_operator.placement.model import Request
 from inventories import fractional_inventory, mig_inventory
 from promcheck import catalogue_shape, matching, promtool_check, registry_shape, sample_labels, series, value
-from prometheus_client import generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 from test_scheduler import FakeApi, FakeEvents
 
 from fgpu_contracts import keys
@@ -52,15 +60,15 @@ def node(name: str, inventory: str) -> dict:
 
 async def scrape(metrics: OperatorMetrics) -> str:
     """From another thread, as the HTTP server does: the collector hands the read to the scheduler's loop."""
-    text = (await asyncio.to_thread(generate_latest, metrics.registry)).decode()
+    text = (await asyncio.to_thread(metrics.exposition)).decode()
     promtool_check(text)
     return text
 
 
 def test_families_are_the_catalogues_operator_part_even_before_any_sample():
     metrics = OperatorMetrics()
-    assert registry_shape(metrics.registry) == catalogue_shape(of("operator"))
-    scraped = {k: v for k, v in series(generate_latest(metrics.registry).decode()).items()  # a scrape during
+    assert registry_shape(metrics.exposition().decode()) == catalogue_shape(of("operator"))
+    scraped = {k: v for k, v in series(metrics.exposition().decode()).items()  # a scrape during
                if not k[0].endswith("_created")}  # start-up: no model yet (`fgpu operator` disables _created)
     histogram = {f"fgpu_scheduler_create_to_bound_seconds{suffix}" for suffix in ("_bucket", "_count", "_sum")}
     outcomes = {"fgpu_scheduler_attempts_total", "fgpu_scheduler_binds_total",  # every outcome at 0 from the start
@@ -73,7 +81,7 @@ def test_families_are_the_catalogues_operator_part_even_before_any_sample():
     reasons = {dict(labels)["reason"] for name, labels in scraped
                if name == "fgpu_scheduler_attempts_total" and dict(labels)["result"] == "unschedulable"}
     assert reasons == set(REASONS) - {"Error"}
-    promtool_check(generate_latest(metrics.registry).decode())
+    promtool_check(metrics.exposition().decode())
 
 
 def test_scenario_values_deleted_pod_leaves_no_series_and_every_family_has_the_catalogues_labels():
@@ -141,9 +149,9 @@ def test_scenario_values_deleted_pod_leaves_no_series_and_every_family_has_the_c
     # every family of the catalogue has samples now, each with exactly the catalogue's label names
     webhook.protect_handoff(body=kopf.Body({"metadata": {}}), old=kopf.Body({"metadata": {}}), userinfo={},
                             memo=_memo(metrics))
-    labels = sample_labels(metrics.registry)
+    labels = sample_labels(metrics.exposition().decode())
     for name, m in of("operator").items():
-        assert labels[name] == {m.labels}, name
+        assert labels[name] == {tuple(sorted(m.labels))}, name  # a text exposition sorts label names
 
 
 def _memo(metrics: OperatorMetrics) -> kopf.Memo:
@@ -156,7 +164,7 @@ def test_events_the_recorder_drops_are_counted():
     metrics = OperatorMetrics()
     recorder = EventRecorder(None, max_backlog=0, on_drop=metrics.event_dropped)  # every post finds it full
     assert not any(recorder.post("ns", f"p{i}", f"uid-{i}", "Scheduled", "assigned") for i in range(3))
-    got = series(generate_latest(metrics.registry).decode())
+    got = series(metrics.exposition().decode())
     assert got[("fgpu_scheduler_events_dropped_total", ())] == 3
 
 
@@ -179,7 +187,7 @@ def test_webhook_decisions_by_outcome_and_source():
     with contextlib.suppress(kopf.AdmissionError):
         webhook.protect_handoff(body=kopf.Body(new), old=kopf.Body(old), userinfo={"username": "alice"}, memo=memo)
     webhook.protect_handoff(body=kopf.Body(old), old=kopf.Body(old), userinfo={"username": "alice"}, memo=memo)
-    got = matching(series(generate_latest(metrics.registry).decode()), "fgpu_webhook_admissions_total")
+    got = matching(series(metrics.exposition().decode()), "fgpu_webhook_admissions_total")
     assert {tuple(v for _, v in k[1]): n for k, n in got.items()} == {
         ("mutated", "fgpu", "mutate"): 1, ("passed", "", "mutate"): 1, ("denied", "", "mutate"): 2,
         ("mutated", "hami", "mutate"): 1, ("denied", "", "validate"): 1, ("allowed", "", "validate"): 1}
@@ -242,14 +250,14 @@ def test_a_scrape_reads_on_the_models_loop_and_in_place_once_it_stopped():
 
     async def blocked():
         metrics.attach(s, "r", lambda: True, asyncio.get_running_loop())
-        return await asyncio.to_thread(generate_latest, metrics.registry)  # the loop waits here, free to answer
+        return await asyncio.to_thread(metrics.exposition)  # the loop waits here, free to answer
 
     assert b"fgpu_scheduler_pending_pods{" in asyncio.run(blocked())
 
     async def stuck():
         metrics.attach(s, "r", lambda: True, asyncio.get_running_loop())
         metrics.model.timeout_s = 0.1
-        scrape = asyncio.get_running_loop().run_in_executor(None, generate_latest, metrics.registry)
+        scrape = asyncio.get_running_loop().run_in_executor(None, metrics.exposition)
         time.sleep(0.5)  # the loop does not answer in time: the scrape gives up on the model, still answers
         return series((await scrape).decode())
 
@@ -257,12 +265,12 @@ def test_a_scrape_reads_on_the_models_loop_and_in_place_once_it_stopped():
     assert value(scraped, "fgpu_operator_leader", identity="r") == 1
     assert not matching(scraped, "fgpu_scheduler_pending_pods")
     metrics.model.timeout_s = 5.0
-    text = generate_latest(metrics.registry).decode()  # the loop is closed now: read in place
-    assert registry_shape(metrics.registry) == catalogue_shape(of("operator"))
+    text = metrics.exposition().decode()  # the loop is closed now: read in place
+    assert registry_shape(metrics.exposition().decode()) == catalogue_shape(of("operator"))
     assert value(series(text), "fgpu_operator_leader", identity="r") == 1
     s.on_node("ADDED", node("n", fractional_inventory("n", 1)))
     s.on_node("MODIFIED", node("n", fractional_inventory("n", 1, unhealthy={0: 79})))
-    scraped = series(generate_latest(metrics.registry).decode())
+    scraped = series(metrics.exposition().decode())
     assert value(scraped, "fgpu_cluster_gpus", sharing="fractional", healthy="false") == 1
     assert value(scraped, "fgpu_cluster_gpu_allocation_ratio") == 0
     assert value(scraped, "fgpu_cluster_gpu_fragmentation_ratio") == 0
@@ -281,3 +289,83 @@ def test_a_taken_or_bad_metrics_port_fails_the_command_in_one_line():
     done = subprocess.run([fgpu, "operator", "--metrics-port", "65536"], capture_output=True, text=True, timeout=120)
     assert (done.returncode, done.stderr) == (
         2, "fgpu operator: error: --metrics-port: 65536 is not a TCP port (allowed: 0..65535)\n")
+
+
+def _prometheus_client_text(families, samples) -> bytes:
+    """The reference: the same gauges written by prometheus_client, one family object per gauge."""
+    class Gauges:
+        def collect(self):
+            for name, help_text, labels in families:
+                family = GaugeMetricFamily(name, help_text, labels=labels)
+                for key, v in samples.get(name, {}).items():
+                    family.add_metric(key, v)
+                yield family
+
+    registry = CollectorRegistry()
+    registry.register(Gauges())
+    return generate_latest(registry)
+
+
+def test_gauge_writer_writes_prometheus_clients_bytes_and_drops_gone_series():
+    families = [("fam_b", 'help with \\ a backslash\nand a newline', ("zeta", "alpha", "mid")),
+                ("fam_a", "no labels", ()), ("fam_empty", "never a sample", ("x",))]
+    nasty = ('q"uote', "back\\slash", "new\nline")
+    first = {"fam_b": {nasty: 1.0, ("a", "b", "c"): 0.0, ("a", "b", "d"): 1e-7, ("x", "y", "z"): 1234567.0,
+                       ("big", "", "1"): 80.0 * GIB, ("inf", "", "2"): float("inf"), ("third", "", "3"): 1 / 3},
+             "fam_a": {(): 42.0}}
+    writer = GaugeWriter(families)
+    assert writer.write(first).encode() == _prometheus_client_text(families, first)
+    second = {"fam_b": {("a", "b", "c"): 2.5, ("new", "one", "here"): 1.0}}  # the rest gone, one value changed
+    assert writer.write(second).encode() == _prometheus_client_text(families, second)
+    assert "fam_a" in writer.write(second) and 'zeta="q' not in writer.write(second)
+
+
+def test_model_gauges_write_what_prometheus_client_writes_for_the_same_model():
+    async def scenario():
+        metrics = OperatorMetrics()
+        s = Scheduler(LiveCluster(policy="binpack"), FakeApi(), FakeEvents(), metrics=metrics)
+        metrics.attach(s, "replica-1", s.is_leader, asyncio.get_running_loop())
+        loop = asyncio.create_task(s.run())
+        for n in ("n1", "n2"):
+            s.on_node("ADDED", node(n, fractional_inventory(n, 4, uuid=lambda i, n=n: f"GPU-{n}-{i}")))
+        for i, milli in enumerate((300, 500, 700, 1000, 200, 250)):
+            s.on_pod("ADDED", pod(f"p{i}", milli, mem_gib=i))
+        await asyncio.sleep(0.05)
+        await s.drain()
+        samples = await asyncio.to_thread(metrics.model.samples)
+        loop.cancel()
+        return metrics, samples
+
+    metrics, samples = asyncio.run(scenario())
+    families = [(name, CATALOGUE[name].help, CATALOGUE[name].labels) for name in metrics.model.GAUGES]
+    assert sum(map(len, samples.values())) > 50
+    assert metrics.model.writer.write(samples).encode() == _prometheus_client_text(families, samples)
+
+
+def test_metrics_endpoint_answers_the_exposition_plain_and_gzipped_and_refuses_a_post():
+    import gzip
+    import urllib.error
+    import urllib.request
+
+    metrics = OperatorMetrics()
+    metrics.bind("ok")
+    server = metrics.serve(0, "127.0.0.1")
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            plain, kind = answer.read(), answer.headers["Content-Type"]
+        request = urllib.request.Request(url, headers={"Accept-Encoding": "gzip"})
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            zipped, encoding = answer.read(), answer.headers["Content-Encoding"]
+        try:
+            urllib.request.urlopen(urllib.request.Request(url, data=b"x", method="POST"), timeout=10)
+            status = 200
+        except urllib.error.HTTPError as err:
+            status = err.code
+    finally:
+        server.shutdown()
+    assert kind == "text/plain; version=0.0.4; charset=utf-8" and plain == metrics.exposition()
+    assert encoding == "gzip" and gzip.decompress(zipped) == plain
+    assert status == 405
+    assert value(series(plain.decode()), "fgpu_scheduler_binds_total", result="ok") == 1
+    promtool_check(plain.decode())

@@ -1,0 +1,167 @@
+"""What one Prometheus scrape of the operator's /metrics costs, by cluster size: CPU to write the exposition
+(fgpu's writer of the model's gauges against prometheus_client writing the same samples, the exporter before
+2026-11-27) and to gzip it, and its size.
+
+In process, no control plane: a `Scheduler` (the operator's, with the API faked) is given --nodes-list nodes of
+--gpus-per-node fractional GPUs and --pods-per-node pods of 0.1-0.7 GPU, placed by its own loop; then the
+model is scraped --scrapes times from another thread, as the HTTP server does, and each writer's CPU time
+(time.thread_time of the scraping thread) is taken. The first scrape (no series cached yet) is reported apart;
+the others by median. Both writers' bytes are compared (they must be equal).
+
+    .venv/bin/python bench/operator_scrape.py [--nodes-list 100,1000,2000] [--gpus-per-node 8]
+        [--pods-per-node 5] [--scrapes 7] [--out-json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import gzip
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "tests" / "controller"), str(REPO / "tests")]
+
+from fgpu_operator.controller.command import GC_THRESHOLDS  # noqa: E402
+from fgpu_operator.controller.metrics import CATALOGUE, OperatorMetrics  # noqa: E402
+from fgpu_operator.controller.scheduler import Scheduler  # noqa: E402
+from fgpu_operator.objects import timestamp  # noqa: E402
+from fgpu_operator.placement.live import LiveCluster  # noqa: E402
+from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
+from prometheus_client.core import GaugeMetricFamily  # noqa: E402
+
+from fgpu_contracts import keys  # noqa: E402
+from fgpu_contracts.request import ContainerRequest, GpuRequest, dump_request  # noqa: E402
+
+SHARES = (100, 250, 300, 500, 700)  # milli-GPU of the pods, in turn (as bench/scheduler.py's)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from fgpu_operator.controller.command import _positive as positive
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--nodes-list", default="100,1000,2000", help="comma-separated node counts (default 100,1000,2000)")
+    p.add_argument("--gpus-per-node", type=positive(int), default=8)
+    p.add_argument("--pods-per-node", type=positive(int), default=5)
+    p.add_argument("--scrapes", type=positive(int), default=7, help="scrapes per size (default 7)")
+    p.add_argument("--out-json", type=Path)
+    args = p.parse_args(argv)
+    try:
+        args.nodes = [int(n) for n in args.nodes_list.split(",")]
+        if any(n <= 0 for n in args.nodes):
+            raise ValueError
+    except ValueError:
+        p.error(f"--nodes-list: {args.nodes_list!r} is not a comma-separated list of positive integers")
+    return args
+
+
+def pod(i: int) -> dict:
+    req = GpuRequest(containers=[ContainerRequest(container="main", milli_gpu=SHARES[i % len(SHARES)])])
+    return {"metadata": {"name": f"p{i}", "namespace": "bench", "uid": f"uid-{i}", "creationTimestamp": timestamp(),
+                         "annotations": {keys.REQUEST: dump_request(req)}},
+            "spec": {"schedulerName": keys.SCHEDULER_NAME, "containers": [{"name": "main"}]}}
+
+
+def node(name: str, gpus: int) -> dict:
+    from inventories import fractional_inventory
+
+    return {"metadata": {"name": name, "annotations": {keys.INVENTORY: fractional_inventory(name, gpus)}},
+            "status": {"allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"}}}
+
+
+def reference_text(metrics: OperatorMetrics, samples: dict) -> bytes:
+    """The same exposition written by prometheus_client: the registry, then one family object per gauge."""
+    class Gauges:
+        def collect(self):
+            for name in metrics.model.GAUGES:
+                m = CATALOGUE[name]
+                family = GaugeMetricFamily(name, m.help, labels=m.labels)
+                for key, value in samples.get(name, {}).items():
+                    family.add_metric(key, value)
+                yield family
+
+    registry = CollectorRegistry()
+    registry.register(Gauges())
+    return generate_latest(metrics.registry) + generate_latest(registry)
+
+
+def timed(fn):
+    start = time.thread_time()
+    out = fn()
+    return out, time.thread_time() - start
+
+
+async def measure(nodes: int, args: argparse.Namespace) -> dict:
+    from scheduler_fakes import FakeApi, FakeEvents
+
+    metrics = OperatorMetrics()
+    s = Scheduler(LiveCluster(policy="fgpu"), FakeApi(), FakeEvents(), metrics=metrics)
+    metrics.attach(s, "bench", s.is_leader, asyncio.get_running_loop())
+    loop = asyncio.create_task(s.run())
+    for i in range(nodes):
+        s.on_node("ADDED", node(f"node-{i:05d}", args.gpus_per_node))
+    pods = nodes * args.pods_per_node
+    for i in range(pods):
+        s.on_pod("ADDED", pod(i))
+        if i % 500 == 0:
+            await asyncio.sleep(0)
+    deadline = time.monotonic() + 600
+    while (len(s.queue) or s.binding) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+
+    def scrape() -> dict:
+        text, ours = timed(metrics.exposition)
+        samples = metrics.model.samples()
+        reference, theirs = timed(lambda: reference_text(metrics, samples))
+        _, fast = timed(lambda: gzip.compress(text, compresslevel=1))
+        small, slow = timed(lambda: gzip.compress(text, compresslevel=9))
+        return {"fgpu_s": ours, "prometheus_client_s": theirs, "gzip1_s": fast, "gzip9_s": slow,
+                "same": text == reference, "lines": text.count(b"\n"), "mb": len(text) / 1e6,
+                "gzip9_mb": len(small) / 1e6, "gzip1_mb": len(gzip.compress(text, compresslevel=1)) / 1e6}
+
+    runs = [await asyncio.to_thread(scrape) for _ in range(args.scrapes)]
+    loop.cancel()
+    warm = runs[1:] or runs
+    row = {"nodes": nodes, "gpus": nodes * args.gpus_per_node, "pods": pods, "bound": len(s.held),
+           "first_fgpu_s": runs[0]["fgpu_s"], "same": all(r["same"] for r in runs)}
+    for key in ("fgpu_s", "prometheus_client_s", "gzip1_s", "gzip9_s", "lines", "mb", "gzip1_mb", "gzip9_mb"):
+        row[key] = statistics.median(r[key] for r in warm)
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    out = ["| nodes x GPUs, pods | lines | MB (gzip 1 / 9) | fgpu writer | prometheus_client | speed-up | fgpu, first scrape"
+           " | gzip level 1 | gzip level 9 | same bytes |",
+           "|---|---:|---|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        out.append(f"| {r['nodes']:,} x {r['gpus'] // r['nodes']}, {r['pods']:,} | {r['lines']:,.0f} | "
+                   f"{r['mb']:.1f} ({r['gzip1_mb']:.2f} / {r['gzip9_mb']:.2f}) | {1000 * r['fgpu_s']:.0f} ms | "
+                   f"{1000 * r['prometheus_client_s']:.0f} ms | {r['prometheus_client_s'] / r['fgpu_s']:.1f}x | "
+                   f"{1000 * r['first_fgpu_s']:.0f} ms | {1000 * r['gzip1_s']:.0f} ms | {1000 * r['gzip9_s']:.0f} ms | "
+                   f"{'yes' if r['same'] else 'NO'} |")
+    return "\n".join(out)
+
+
+def main() -> int:
+    args = parse_args()
+    gc.set_threshold(*GC_THRESHOLDS)  # the operator's
+    rows = []
+    for nodes in args.nodes:
+        start = time.perf_counter()
+        print(f"{nodes} nodes: placing {nodes * args.pods_per_node} pods, then {args.scrapes} scrapes", flush=True)
+        rows.append(asyncio.run(measure(nodes, args)))
+        print(f"  done in {time.perf_counter() - start:.0f} s", flush=True)
+    print()
+    print("CPU a scrape (median over the scrapes after the first; the scraping thread's CPU time):")
+    print(table(rows))
+    if args.out_json:
+        args.out_json.write_text(json.dumps(rows, indent=1) + "\n")
+    return 0 if all(r["same"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
