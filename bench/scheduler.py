@@ -30,6 +30,10 @@ the nodes with its default stage (node status patched every 20-45 s each: ~31 wr
 a watch event for the scheduler) or, with --node-heartbeat lease, as a kubelet does (a Lease renewed every
 quarter of --node-lease-seconds, node status every 10-20 min).
 
+With --scrape-every S, a thread of the bench GETs the scheduler's /metrics every S seconds during each run
+(gzip accepted, as Prometheus does; kube-scheduler's over TLS), as a monitored cluster would; the
+scrapes and their mean wall time are in the timing column.
+
 Measured on the client's clock (time.perf_counter): create->bound = first watch event showing spec.nodeName
 minus the moment the create request was sent; pods/s = pods bound / (last bound - first create sent). A run
 whose bound rate is within 10% of its creation rate is marked creation-bound: that is the creator's rate, not
@@ -62,6 +66,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -185,6 +190,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "every 10-20 min)")
     ap.add_argument("--node-lease-seconds", type=positive(int), default=40,
                     help="with --node-heartbeat lease: the Lease's duration (kubelet's default 40 s)")
+    ap.add_argument("--scrape-every", type=positive(float),
+                    help="scrape the scheduler's /metrics every this many seconds during each run, gzip accepted, "
+                         "as Prometheus does (the chart's ServiceMonitor: 15 s; deploy/prometheus: 5 s); "
+                         "kube-scheduler's too (default: no scrapes)")
     ap.add_argument("--no-pod-stages", action="store_true",
                     help="KWOK runs only its node stages: bound pods are not marked Running, so neither scheduler's "
                          "run carries KWOK's pod status writes (which land inside a slow run and after a fast one)")
@@ -508,13 +517,15 @@ class Bench:
         dropped = "fgpu_scheduler_events_dropped_total"
         dropped0 = (operator_value(self.metrics_port, dropped) or 0.0) if scheduler == "fgpu" else 0.0
         log(f"run {self.serial}: {label}, {pods} pods on {len(self.nodes)} nodes")
-        trace = asyncio.run(run_pods(self.creds, namespace, bodies, rate, self.args.stall, label))
+        with self.scraper(scheduler) as scraper:
+            trace = asyncio.run(run_pods(self.creds, namespace, bodies, rate, self.args.stall, label))
         cpu = {k: proc_cpu(p, children=k == "scheduler") - cpu0[k] for k, p in pids.items()}
         hwm, rss = proc_memory(pid)
         row = summarize(trace, cpu)
         row["writes_per_pod"] = writes_per_pod(writes0, apiserver_writes(self.plane), row["bound"])
         row.update(scheduler=scheduler, setting=setting_label, mode=mode, nodes=len(self.nodes), pods=pods,
-                   rate_offered=rate, rss_peak_mb=hwm, rss_mb=rss, namespace=namespace)
+                   rate_offered=rate, rss_peak_mb=hwm, rss_mb=rss, namespace=namespace, scrapes=len(scraper.took),
+                   scrape_s=statistics.fmean(scraper.took) if scraper.took else 0.0, scrape_errors=scraper.errors)
         self.runs.append(row)
         log(f"  -> {row['bound']}/{pods} bound, {row['pods_per_s']:.1f} pods/s, p50 {row['p50']:.2f} s, "
             f"p99 {row['p99']:.2f} s, created {row['created_per_s']:.0f}/s, RSS {hwm:.0f} MB peak")
@@ -530,6 +541,54 @@ class Bench:
         log(f"  pods deleted in {deleted - start:.1f} s; the scheduler was busy {busy:.1f} s more taking that in, "
             f"KWOK's own pod deletions ended {kwok:.1f} s after that")
         return row
+
+
+    def scraper(self, scheduler: str) -> Scraper:
+        """What scrapes the running scheduler's /metrics during a run (nothing without --scrape-every)."""
+        if scheduler == "fgpu":
+            return Scraper(f"http://127.0.0.1:{self.metrics_port}/metrics", self.args.scrape_every)
+        return Scraper(f"{self.plane.scheduler_url}/metrics", self.args.scrape_every)
+
+
+class Scraper:
+    """While in its `with`, a thread GETs `url` every `every` s (none: never), gzip accepted, as Prometheus does;
+    `took` is each scrape's wall time, `errors` the scrapes that failed."""
+
+    def __init__(self, url: str, every: float | None):
+        self.url, self.every = url, every
+        self.took: list[float] = []
+        self.errors = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> Scraper:
+        if self.every:
+            self._thread = threading.Thread(target=self._loop, name="bench-scraper", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _loop(self) -> None:
+        import ssl
+        import urllib.request
+
+        unverified = ssl._create_unverified_context()  # kube-scheduler's self-signed serving certificate
+        headers = {"Accept-Encoding": "gzip"}
+        while not self._stop.wait(self.every):
+            start = time.perf_counter()
+            try:
+                with urllib.request.urlopen(urllib.request.Request(self.url, headers=headers), timeout=30,
+                                            context=unverified if self.url.startswith("https") else None) as answer:
+                    answer.read()
+                self.took.append(time.perf_counter() - start)
+            except OSError as err:
+                if not self.errors:
+                    log(f"  scraping {self.url}: {err}")
+                self.errors += 1
 
 
 def operator_value(port: int, name: str) -> float | None:
@@ -644,6 +703,10 @@ def timing(row: dict) -> str:
         what = f"fast, created {row['created_per_s']:.0f}/s"
     if row["bound"] < row["pods"]:
         what += f", {row['pods'] - row['bound']} NOT BOUND"
+    if row.get("scrapes"):
+        what += f", /metrics scraped {row['scrapes']}x ({row['scrape_s']:.2f} s each)"
+    if row.get("scrape_errors"):
+        what += f", {row['scrape_errors']} scrapes FAILED"
     return f"{what}{', creation-bound' if bound_by_creation else ''}"
 
 

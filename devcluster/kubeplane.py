@@ -174,6 +174,7 @@ class ControlPlane:
         self.components: list[Component] = []
         self.server = ""
         self.kubeconfig = workdir / "admin.kubeconfig"
+        self.scheduler_url = ""  # kube-scheduler's https://host:port once started (/metrics open to all)
         self._by_name: dict[str, Component] = {}
 
     # ---- helpers -------------------------------------------------------------------------------------
@@ -358,8 +359,11 @@ class ControlPlane:
             "--bind-address=127.0.0.1",
             f"--secure-port={port}",
             "--profiling=false",
+            # /metrics readable without a token (it has no delegated authentication here), for bench scrapes
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
         ])
         sched.wait_ready(lambda: http_ok(f"https://127.0.0.1:{port}/readyz"), 90, "/readyz answering ok")
+        self.scheduler_url = f"https://127.0.0.1:{port}"
 
     def start_kwok(self, stages: Path | None = None, node_lease_seconds: int = 0) -> None:
         """KWOK manages nodes annotated kwok.x-k8s.io/node=fake (marks them Ready, heartbeats them) and runs
