@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from ..placement.framework import Unschedulable
 from ..placement.gpus import gpu_memory_mib, gpu_sms
 from ..placement.model import MILLI
 from . import exposition
+from .exposition import Samples
 
 log = logging.getLogger("fgpu.metrics")
 CATALOGUE: dict[str, Metric] = of("operator")
@@ -164,20 +166,32 @@ class ModelGauges:
                                              for name in self.GAUGES)
 
     def text(self) -> str:
-        return self.writer.write(self.samples())
+        return self.writer.write(*self.read())
 
-    def samples(self) -> dict[str, dict[tuple[str, ...], float]]:
-        out: dict[str, dict[tuple[str, ...], float]] = {}
+    def samples(self) -> Samples:
+        """Every sample one scrape writes, the cluster's and every node's, as one mapping."""
+        cluster, parts = self.read()
+        out = {name: dict(series) for name, series in cluster.items()}
+        for _, _, compute in parts:
+            for name, series in compute().items():
+                out.setdefault(name, {}).update(series)
+        return out
+
+    def read(self) -> tuple[Samples, list[Part]]:
+        """The cluster's samples, and each node's part (its samples computed only when the writer needs them)."""
+        out: Samples = {}
         if self.identity:
             out["fgpu_operator_leader"] = {(self.identity,): 1.0 if self.is_leader() else 0.0}
         scheduler = self.scheduler
         if scheduler is None:  # start-up: nothing to read yet
-            return out
+            return out, []
         try:
-            out.update(model_samples(self._on_loop(lambda: snapshot(scheduler))))
+            snap = self._on_loop(lambda: snapshot(scheduler))
         except Exception as err:  # the loop is busy or gone (shutdown): this scrape has no model series
             log.warning("metrics: the scheduler's model was not read: %r", err)
-        return out
+            return out, []
+        out.update(cluster_samples(snap))
+        return out, node_parts(snap)
 
     def _on_loop(self, read: Callable[[], dict]):
         loop = self.loop
@@ -213,8 +227,8 @@ class Snapshot:
     allocation: float
     fragmentation: float
     fragment_gpus: float
-    specs: list  # NodeSpec (frozen)
-    held: list  # (node, the rows of one pod: a tuple of dicts never changed in place)
+    specs: dict  # node name -> NodeSpec (frozen)
+    held: dict  # node name -> the rows of each pod there (each a tuple of dicts never changed in place)
 
 
 def snapshot(s) -> Snapshot:
@@ -226,9 +240,9 @@ def snapshot(s) -> Snapshot:
 
     # the cluster: GPUs, allocation and FGD fragmentation over the placed GPUs (the simulator's function)
     live = s.live
-    specs = list(live.specs.values())
+    specs = dict(live.specs)
     gpus = {(mode, h): 0.0 for mode in SHARING for h in ("true", "false")}
-    for spec in specs:
+    for spec in specs.values():
         for g in spec.gpus:
             key = ("mig" if g.mig else g.sharing, "true" if g.healthy else "false")
             gpus[key] = gpus.get(key, 0.0) + 1
@@ -245,66 +259,80 @@ def snapshot(s) -> Snapshot:
             frag = fragment / idle if idle else 0.0
     # NodeAllocations keeps node -> pod uid -> rows; a shallow copy of that index (its public `rows` sorts
     # every node's rows, which costs the loop ten times as much as this)
-    held = [(node, rows) for node, pods in s.held._by_node.items() for rows in pods.values()]
+    held = {node: tuple(pods.values()) for node, pods in s.held._by_node.items()}
     return Snapshot(pending, gpus, alloc, frag, fragment / MILLI, specs, held)
 
 
-def model_samples(snap: Snapshot) -> dict[str, dict[tuple[str, ...], float]]:
-    """Every model gauge's samples (labels -> value; no NaN, none < 0), computed off the loop."""
-    out: dict[str, dict[tuple[str, ...], float]] = {
-        "fgpu_scheduler_pending_pods": snap.pending, "fgpu_cluster_gpus": snap.gpus,
-        "fgpu_cluster_gpu_allocation_ratio": {(): snap.allocation},
-        "fgpu_cluster_gpu_fragmentation_ratio": {(): snap.fragmentation},
-        "fgpu_cluster_fragmented_gpus": {(): snap.fragment_gpus}}
-    specs = snap.specs
+def cluster_samples(snap: Snapshot) -> Samples:
+    """The gauges of the whole cluster (no NaN, none < 0)."""
+    return {"fgpu_scheduler_pending_pods": snap.pending, "fgpu_cluster_gpus": snap.gpus,
+            "fgpu_cluster_gpu_allocation_ratio": {(): snap.allocation},
+            "fgpu_cluster_gpu_fragmentation_ratio": {(): snap.fragmentation},
+            "fgpu_cluster_fragmented_gpus": {(): snap.fragment_gpus}}
 
-    # per GPU and per container, from what each bound pod holds (its hand-off rows)
-    device: dict[tuple[str, str], tuple] = {}  # (node, uuid) -> (GPU index, GPU, MIG instance or None)
-    for spec in specs:
-        for j, g in enumerate(spec.gpus):
-            device.setdefault((spec.name, g.uuid), (j, g, None))
-            for m in g.mig:
-                device.setdefault((spec.name, m.uuid), (j, g, m))
-    used: dict[tuple[str, str], list[float]] = {}  # (node, GPU uuid) -> [milli, bytes, sm pct, containers]
+
+#: a node's part of a scrape: its name, what its series follow from (its spec and each pod's rows there, by
+#: identity), and a function giving its samples
+Part = tuple[str, tuple, Callable[[], Samples]]
+
+
+def node_parts(snap: Snapshot) -> list[Part]:
+    """Each node's part: the nodes the model has, then nodes it lost that pods still hold shares of."""
+    parts = [(name, (spec, *snap.held.get(name, ())), functools.partial(node_samples, name, spec,
+                                                                       snap.held.get(name, ())))
+             for name, spec in snap.specs.items()]
+    parts += [(name, (None, *held), functools.partial(node_samples, name, None, held))
+              for name, held in snap.held.items() if name not in snap.specs]
+    return parts
+
+
+PER_GPU = ("fgpu_scheduler_gpu_allocated_ratio", "fgpu_scheduler_gpu_memory_allocated_bytes",
+           "fgpu_scheduler_gpu_sm_allocated_ratio", "fgpu_scheduler_gpu_containers", "hami_gpu_memory_limit_bytes",
+           "hami_gpu_core_limit_ratio", "hami_gpu_memory_allocated_bytes", "hami_gpu_core_allocated_ratio",
+           "hami_node_gpu_memory_allocated_ratio")
+
+
+def node_samples(node: str, spec, held: tuple) -> Samples:
+    """One node's per-GPU and per-container gauges from its spec (None: the model no longer has the node) and
+    what each pod there holds (its hand-off rows). No NaN, none < 0."""
+    device: dict[str, tuple] = {}  # uuid -> (GPU index, GPU, MIG instance or None)
+    for j, g in enumerate(spec.gpus if spec is not None else ()):
+        device.setdefault(g.uuid, (j, g, None))
+        for m in g.mig:
+            device.setdefault(m.uuid, (j, g, m))
+    used: dict[str, list[float]] = {}  # GPU uuid -> [milli, bytes, sm pct, containers]
     vmem: dict[tuple[str, ...], float] = {}
     vcore: dict[tuple[str, ...], float] = {}
-    for node, rows in snap.held:
+    for rows in held:
         for row in rows:
-            milli, mem, sm = _row_share(row, device.get((node, row["uuid"])))
+            found = device.get(row["uuid"])
+            milli, mem, sm = _row_share(row, found)
             labels = (row.get("namespace", ""), node, row.get("pod", ""), row.get("container", ""), row["uuid"])
             vmem[labels] = vmem.get(labels, 0.0) + mem
             vcore[labels] = vcore.get(labels, 0.0) + sm
-            found = device.get((node, row["uuid"]))
             if found is not None:
-                acc = used.setdefault((node, found[1].uuid), [0.0, 0.0, 0.0, 0.0])
+                acc = used.setdefault(found[1].uuid, [0.0, 0.0, 0.0, 0.0])
                 acc[0] += milli
                 acc[1] += mem
                 acc[2] += sm
                 acc[3] += 1
-    out["hami_vgpu_memory_allocated_bytes"] = vmem
-    out["hami_vgpu_core_allocated_ratio"] = vcore
-    names = ("fgpu_scheduler_gpu_allocated_ratio", "fgpu_scheduler_gpu_memory_allocated_bytes",
-             "fgpu_scheduler_gpu_sm_allocated_ratio", "fgpu_scheduler_gpu_containers", "hami_gpu_memory_limit_bytes",
-             "hami_gpu_core_limit_ratio", "hami_gpu_memory_allocated_bytes", "hami_gpu_core_allocated_ratio",
-             "hami_node_gpu_memory_allocated_ratio")
-    per_gpu: dict[str, dict[tuple[str, ...], float]] = {name: {} for name in names}
-    for spec in specs:
-        for j, g in enumerate(spec.gpus):
-            milli, mem, sm, count = used.get((spec.name, g.uuid), (0.0, 0.0, 0.0, 0.0))
-            limit = float((g.mem_mib or gpu_memory_mib(g.model)) * MIB)
-            hami = (spec.name, g.uuid, str(j), g.model)
-            ours = (*hami, "mig" if g.mig else g.sharing)
-            per_gpu["fgpu_scheduler_gpu_allocated_ratio"][ours] = milli / MILLI
-            per_gpu["fgpu_scheduler_gpu_memory_allocated_bytes"][ours] = mem
-            per_gpu["fgpu_scheduler_gpu_sm_allocated_ratio"][ours] = sm / 100
-            per_gpu["fgpu_scheduler_gpu_containers"][ours] = count
-            per_gpu["hami_gpu_memory_limit_bytes"][hami] = limit
-            per_gpu["hami_gpu_core_limit_ratio"][hami] = 100.0
-            per_gpu["hami_gpu_memory_allocated_bytes"][(spec.name, g.uuid, str(j), "100", g.model)] = mem
-            per_gpu["hami_gpu_core_allocated_ratio"][hami] = sm
-            if limit > 0:
-                per_gpu["hami_node_gpu_memory_allocated_ratio"][hami[:3]] = mem / limit
-    out.update(per_gpu)
+    out: Samples = {"hami_vgpu_memory_allocated_bytes": vmem, "hami_vgpu_core_allocated_ratio": vcore}
+    out.update({name: {} for name in PER_GPU})
+    for j, g in enumerate(spec.gpus if spec is not None else ()):
+        milli, mem, sm, count = used.get(g.uuid, (0.0, 0.0, 0.0, 0.0))
+        limit = float((g.mem_mib or gpu_memory_mib(g.model)) * MIB)
+        hami = (node, g.uuid, str(j), g.model)
+        ours = (*hami, "mig" if g.mig else g.sharing)
+        out["fgpu_scheduler_gpu_allocated_ratio"][ours] = milli / MILLI
+        out["fgpu_scheduler_gpu_memory_allocated_bytes"][ours] = mem
+        out["fgpu_scheduler_gpu_sm_allocated_ratio"][ours] = sm / 100
+        out["fgpu_scheduler_gpu_containers"][ours] = count
+        out["hami_gpu_memory_limit_bytes"][hami] = limit
+        out["hami_gpu_core_limit_ratio"][hami] = 100.0
+        out["hami_gpu_memory_allocated_bytes"][(node, g.uuid, str(j), "100", g.model)] = mem
+        out["hami_gpu_core_allocated_ratio"][hami] = sm
+        if limit > 0:
+            out["hami_node_gpu_memory_allocated_ratio"][hami[:3]] = mem / limit
     return out
 
 

@@ -320,26 +320,48 @@ def test_gauge_writer_writes_prometheus_clients_bytes_and_drops_gone_series():
     assert "fam_a" in writer.write(second) and 'zeta="q' not in writer.write(second)
 
 
-def test_model_gauges_write_what_prometheus_client_writes_for_the_same_model():
+def test_model_gauges_write_what_prometheus_client_writes_for_the_same_model_scrape_after_scrape():
+    """Node by node from the text kept at the last scrape where nothing changed, rewritten where something did:
+    every scrape is prometheus_client's bytes for the model's samples at that moment."""
     async def scenario():
         metrics = OperatorMetrics()
         s = Scheduler(LiveCluster(policy="binpack"), FakeApi(), FakeEvents(), metrics=metrics)
         metrics.attach(s, "replica-1", s.is_leader, asyncio.get_running_loop())
         loop = asyncio.create_task(s.run())
-        for n in ("n1", "n2"):
+        for n in ("n1", "n2", "n3"):
             s.on_node("ADDED", node(n, fractional_inventory(n, 4, uuid=lambda i, n=n: f"GPU-{n}-{i}")))
-        for i, milli in enumerate((300, 500, 700, 1000, 200, 250)):
-            s.on_pod("ADDED", pod(f"p{i}", milli, mem_gib=i))
-        await asyncio.sleep(0.05)
-        await s.drain()
-        samples = await asyncio.to_thread(metrics.model.samples)
-        loop.cancel()
-        return metrics, samples
+        pods = [pod(f"p{i}", milli, mem_gib=i) for i, milli in enumerate((300, 500, 700, 1000, 200, 250, 1000))]
 
-    metrics, samples = asyncio.run(scenario())
+        async def settle():
+            await asyncio.sleep(0.05)
+            await s.drain()
+
+        async def scrape_both():
+            text = await asyncio.to_thread(metrics.model.text)
+            return text, await asyncio.to_thread(metrics.model.samples)
+
+        for p in pods:
+            s.on_pod("ADDED", p)
+        await settle()
+        scrapes = [await scrape_both(), await scrape_both()]  # the second from the kept text
+        s.on_pod("DELETED", pods[1])  # one node's pods change
+        s.on_node("MODIFIED", node("n3", fractional_inventory("n3", 4, uuid=lambda i: f"GPU-n3-{i}",
+                                                              unhealthy={2: 79})))  # another node changes
+        s.on_node("DELETED", node("n2", ""))  # and one goes, its pods still holding shares
+        await settle()
+        scrapes.append(await scrape_both())
+        loop.cancel()
+        return metrics, scrapes
+
+    metrics, scrapes = asyncio.run(scenario())
     families = [(name, CATALOGUE[name].help, CATALOGUE[name].labels) for name in metrics.model.GAUGES]
-    assert sum(map(len, samples.values())) > 50
-    assert metrics.model.writer.write(samples).encode() == _prometheus_client_text(families, samples)
+    assert sum(map(len, scrapes[0][1].values())) > 80
+    for text, samples in scrapes:
+        assert text.encode() == _prometheus_client_text(families, samples)
+    assert scrapes[0][0] == scrapes[1][0] and scrapes[2][0] != scrapes[1][0]
+    last = series(scrapes[2][0])
+    assert matching(last, "hami_vgpu_memory_allocated_bytes", node="n2")  # its pods' shares, still held
+    assert not matching(last, "hami_gpu_memory_limit_bytes", node="n2")  # its GPUs, gone with it
 
 
 def test_metrics_endpoint_answers_the_exposition_plain_and_gzipped_and_refuses_a_post():
