@@ -157,6 +157,16 @@ def parse_schedulers(text: str) -> list[str]:
     return names
 
 
+def percent(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole percentage (allowed: 1..100)")
+    return value
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true",
@@ -190,6 +200,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "every 10-20 min)")
     ap.add_argument("--node-lease-seconds", type=positive(int), default=40,
                     help="with --node-heartbeat lease: the Lease's duration (kubelet's default 40 s)")
+    ap.add_argument("--kube-nodes-to-score", type=percent,
+                    help="kube-scheduler's percentageOfNodesToScore, 1-100 (default: its own, which falls with the "
+                         "cluster's size: 42%% of 1,000 nodes)")
     ap.add_argument("--scrape-every", type=positive(float),
                     help="scrape the scheduler's /metrics every this many seconds during each run, gzip accepted, "
                          "as Prometheus does (the chart's ServiceMonitor: 15 s; deploy/prometheus: 5 s); "
@@ -479,7 +492,7 @@ class Bench:
                     wait_webhook_live(client.CoreV1Api(api), "default")
         else:
             self.set_slots(self.args.gpus_per_node)
-            self.plane.start_scheduler(setting.qps, setting.burst)
+            self.plane.start_scheduler(setting.qps, setting.burst, self.args.kube_nodes_to_score)
             pid = self.plane.pid("kube-scheduler")
         time.sleep(0.5)  # its watches are open
         return pid
@@ -962,7 +975,8 @@ def main() -> int:
           f"{info['loadavg'][0]:.2f}, at end {os.getloadavg()[0]:.2f}; {args.gpus_per_node} GPUs per node; "
           f"fgpu policy {args.policy}; operator and pod creator on Python {info['python']}; KWOK {'node stages only' if args.no_pod_stages else 'marks bound pods Running'}, "
           f"node heartbeat {heartbeat_label(args)}"
-          f"; wall time {wall:.0f} s\n")
+          + (f"; kube-scheduler scores {args.kube_nodes_to_score}% of the nodes" if args.kube_nodes_to_score else "")
+          + f"; wall time {wall:.0f} s\n")
     print(results_table(rows))
     print("\nCPU during each run (share of one core; the machine has "
           f"{info['cpus']}):\n")

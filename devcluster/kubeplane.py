@@ -336,20 +336,23 @@ class ControlPlane:
         ])
         cm.wait_ready(lambda: http_ok(f"https://127.0.0.1:{port}/healthz"), 90, "/healthz answering ok")
 
-    def start_scheduler(self, qps: float | None = None, burst: int | None = None) -> None:
-        """kube-scheduler; with `qps`/`burst`, its client's rate limit (through a KubeSchedulerConfiguration
-        file, the only way to set it), otherwise its defaults (QPS 50, burst 100)."""
+    def start_scheduler(self, qps: float | None = None, burst: int | None = None,
+                        nodes_to_score: int | None = None) -> None:
+        """kube-scheduler; with `qps`/`burst`, its client's rate limit, with `nodes_to_score` its
+        percentageOfNodesToScore (both through a KubeSchedulerConfiguration file, the only way to set them),
+        otherwise its defaults (QPS 50, burst 100; a share of the nodes that falls with the cluster's size)."""
         if self.running("kube-scheduler"):
             return
         port = free_port()
         config = []
-        if qps is not None or burst is not None:
+        if qps is not None or burst is not None or nodes_to_score is not None:
             path = self.workdir / "kube-scheduler.config.yaml"
             client = {"kubeconfig": str(self.kubeconfig), **({"qps": qps} if qps is not None else {}),
                       **({"burst": burst} if burst is not None else {})}
+            scoring = {"percentageOfNodesToScore": nodes_to_score} if nodes_to_score is not None else {}
             path.write_text(yaml.safe_dump({
                 "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
-                "clientConnection": client, "leaderElection": {"leaderElect": False}}, sort_keys=False))
+                "clientConnection": client, "leaderElection": {"leaderElect": False}, **scoring}, sort_keys=False))
             config = [f"--config={path}"]  # it then ignores --kubeconfig and --leader-elect
         sched = self._launch("kube-scheduler", [
             self.bin("kube-scheduler"),
