@@ -28,12 +28,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests" / "controller"), str(REPO / "tests")]
 
 from fgpu_operator.controller.command import GC_THRESHOLDS  # noqa: E402
-from fgpu_operator.controller.metrics import CATALOGUE, OperatorMetrics  # noqa: E402
+from fgpu_operator.controller.metrics import OperatorMetrics  # noqa: E402
 from fgpu_operator.controller.scheduler import Scheduler  # noqa: E402
 from fgpu_operator.objects import timestamp  # noqa: E402
 from fgpu_operator.placement.live import LiveCluster  # noqa: E402
-from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
-from prometheus_client.core import GaugeMetricFamily  # noqa: E402
+from prometheus_client import generate_latest  # noqa: E402
 
 from fgpu_contracts import keys  # noqa: E402
 from fgpu_contracts.request import ContainerRequest, GpuRequest, dump_request  # noqa: E402
@@ -79,18 +78,9 @@ def node(name: str, gpus: int) -> dict:
 
 def reference_text(metrics: OperatorMetrics, samples: dict) -> bytes:
     """The same exposition written by prometheus_client: the registry, then one family object per gauge."""
-    class Gauges:
-        def collect(self):
-            for name in metrics.model.GAUGES:
-                m = CATALOGUE[name]
-                family = GaugeMetricFamily(name, m.help, labels=m.labels)
-                for key, value in samples.get(name, {}).items():
-                    family.add_metric(key, value)
-                yield family
+    from promcheck import prometheus_client_gauges
 
-    registry = CollectorRegistry()
-    registry.register(Gauges())
-    return generate_latest(metrics.registry) + generate_latest(registry)
+    return generate_latest(metrics.registry) + prometheus_client_gauges(metrics.model.FAMILIES, samples)
 
 
 async def placed_all(s) -> None:

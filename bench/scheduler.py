@@ -586,10 +586,11 @@ class Scraper:
             self._thread.join()
 
     def _loop(self) -> None:
-        import ssl
         import urllib.request
 
-        unverified = ssl._create_unverified_context()  # kube-scheduler's self-signed serving certificate
+        from devcluster.kubeplane import probe_context
+
+        unverified = probe_context()  # kube-scheduler's self-signed serving certificate
         headers = {"Accept-Encoding": "gzip"}
         while not self._stop.wait(self.every):
             start = time.perf_counter()

@@ -78,10 +78,10 @@ def _die_with_parent() -> None:
 die_with_parent = _die_with_parent  # for the subprocesses of other test helpers (operator, plugin)
 
 
-def _probe_context() -> ssl.SSLContext:
+def probe_context() -> ssl.SSLContext:
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE  # health probes only; clients verify through the kubeconfig's CA
+    ctx.verify_mode = ssl.CERT_NONE  # probes and bench scrapes only; clients verify through the kubeconfig's CA
     return ctx
 
 
@@ -91,7 +91,7 @@ def http_ok(url: str, token: str | None = None, timeout: float = 2.0) -> bool:
     if token:
         req.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(req, timeout=timeout, context=_probe_context()) as resp:
+        with urllib.request.urlopen(req, timeout=timeout, context=probe_context()) as resp:
             return resp.status == 200
     except (urllib.error.URLError, OSError, ValueError):
         return False
@@ -193,7 +193,7 @@ class ControlPlane:
     def metrics_text(self) -> str:
         """kube-apiserver's /metrics (Prometheus text), read as the admin: what it served, for benchmarks."""
         req = urllib.request.Request(f"{self.server}/metrics", headers={"Authorization": f"Bearer {self.token}"})
-        with urllib.request.urlopen(req, timeout=30, context=_probe_context()) as resp:
+        with urllib.request.urlopen(req, timeout=30, context=probe_context()) as resp:
             return resp.read().decode()
 
     def running(self, name: str) -> bool:

@@ -9,6 +9,8 @@ import shutil
 import subprocess
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
 from fgpu_contracts.metrics import Metric
@@ -76,3 +78,19 @@ def _families(registry):
         return registry.collect()
     return [f for f in text_string_to_metric_families(registry)
             if not (f.type == "gauge" and f.name.endswith("_created"))]
+
+
+def prometheus_client_gauges(families, samples: dict[str, dict[tuple[str, ...], float]]) -> bytes:
+    """The reference for fgpu's own gauge writer: the same gauges (families of name, help, label names) written
+    by prometheus_client, one family object per gauge."""
+    class Gauges:
+        def collect(self):
+            for name, help_text, labels in families:
+                family = GaugeMetricFamily(name, help_text, labels=labels)
+                for key, v in samples.get(name, {}).items():
+                    family.add_metric(key, v)
+                yield family
+
+    registry = CollectorRegistry()
+    registry.register(Gauges())
+    return generate_latest(registry)

@@ -155,6 +155,7 @@ class ModelGauges:
     """Every gauge of the catalogue, computed from the scheduler's model when scraped."""
 
     GAUGES = tuple(name for name, m in CATALOGUE.items() if m.type == "gauge")
+    FAMILIES = tuple((name, CATALOGUE[name].help, CATALOGUE[name].labels) for name in GAUGES)  # the writer's
 
     def __init__(self, timeout_s: float = 5.0):
         self.scheduler = None  # a Scheduler (not imported: it imports this module)
@@ -162,8 +163,7 @@ class ModelGauges:
         self.is_leader: Callable[[], bool] = lambda: False
         self.loop: asyncio.AbstractEventLoop | None = None
         self.timeout_s = timeout_s
-        self.writer = exposition.GaugeWriter((name, CATALOGUE[name].help, CATALOGUE[name].labels)
-                                             for name in self.GAUGES)
+        self.writer = exposition.GaugeWriter(self.FAMILIES)
 
     def text(self) -> str:
         return self.writer.write(*self.read())
@@ -278,12 +278,9 @@ Part = tuple[str, tuple, Callable[[], Samples]]
 
 def node_parts(snap: Snapshot) -> list[Part]:
     """Each node's part: the nodes the model has, then nodes it lost that pods still hold shares of."""
-    parts = [(name, (spec, *snap.held.get(name, ())), functools.partial(node_samples, name, spec,
-                                                                       snap.held.get(name, ())))
-             for name, spec in snap.specs.items()]
-    parts += [(name, (None, *held), functools.partial(node_samples, name, None, held))
-              for name, held in snap.held.items() if name not in snap.specs]
-    return parts
+    nodes = [(name, spec, snap.held.get(name, ())) for name, spec in snap.specs.items()]
+    nodes += [(name, None, held) for name, held in snap.held.items() if name not in snap.specs]
+    return [(name, (spec, *held), functools.partial(node_samples, name, spec, held)) for name, spec, held in nodes]
 
 
 PER_GPU = ("fgpu_scheduler_gpu_allocated_ratio", "fgpu_scheduler_gpu_memory_allocated_bytes",

@@ -17,7 +17,6 @@ import numpy as np
 from fgpu_operator.controller import webhook
 from fgpu_operator.controller.exposition import GaugeWriter
 from fgpu_operator.controller.metrics import (
-    CATALOGUE,
     REASONS,
     OperatorMetrics,
     reason_plugin,
@@ -32,9 +31,16 @@ from fgpu_operator.placement.framework import Unschedulable
 from fgpu_operator.placement.live import LiveCluster
 from fgpu_operator.placement.model import Request
 from inventories import fractional_inventory, mig_inventory
-from promcheck import catalogue_shape, matching, promtool_check, registry_shape, sample_labels, series, value
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from promcheck import (
+    catalogue_shape,
+    matching,
+    prometheus_client_gauges,
+    promtool_check,
+    registry_shape,
+    sample_labels,
+    series,
+    value,
+)
 from test_scheduler import FakeApi, FakeEvents
 
 from fgpu_contracts import keys
@@ -291,21 +297,6 @@ def test_a_taken_or_bad_metrics_port_fails_the_command_in_one_line():
         2, "fgpu operator: error: --metrics-port: 65536 is not a TCP port (allowed: 0..65535)\n")
 
 
-def _prometheus_client_text(families, samples) -> bytes:
-    """The reference: the same gauges written by prometheus_client, one family object per gauge."""
-    class Gauges:
-        def collect(self):
-            for name, help_text, labels in families:
-                family = GaugeMetricFamily(name, help_text, labels=labels)
-                for key, v in samples.get(name, {}).items():
-                    family.add_metric(key, v)
-                yield family
-
-    registry = CollectorRegistry()
-    registry.register(Gauges())
-    return generate_latest(registry)
-
-
 def test_gauge_writer_writes_prometheus_clients_bytes_and_drops_gone_series():
     families = [("fam_b", 'help with \\ a backslash\nand a newline', ("zeta", "alpha", "mid")),
                 ("fam_a", "no labels", ()), ("fam_empty", "never a sample", ("x",))]
@@ -314,9 +305,9 @@ def test_gauge_writer_writes_prometheus_clients_bytes_and_drops_gone_series():
                        ("big", "", "1"): 80.0 * GIB, ("inf", "", "2"): float("inf"), ("third", "", "3"): 1 / 3},
              "fam_a": {(): 42.0}}
     writer = GaugeWriter(families)
-    assert writer.write(first).encode() == _prometheus_client_text(families, first)
+    assert writer.write(first).encode() == prometheus_client_gauges(families, first)
     second = {"fam_b": {("a", "b", "c"): 2.5, ("new", "one", "here"): 1.0}}  # the rest gone, one value changed
-    assert writer.write(second).encode() == _prometheus_client_text(families, second)
+    assert writer.write(second).encode() == prometheus_client_gauges(families, second)
     assert "fam_a" in writer.write(second) and 'zeta="q' not in writer.write(second)
 
 
@@ -354,10 +345,9 @@ def test_model_gauges_write_what_prometheus_client_writes_for_the_same_model_scr
         return metrics, scrapes
 
     metrics, scrapes = asyncio.run(scenario())
-    families = [(name, CATALOGUE[name].help, CATALOGUE[name].labels) for name in metrics.model.GAUGES]
     assert sum(map(len, scrapes[0][1].values())) > 80
     for text, samples in scrapes:
-        assert text.encode() == _prometheus_client_text(families, samples)
+        assert text.encode() == prometheus_client_gauges(metrics.model.FAMILIES, samples)
     assert scrapes[0][0] == scrapes[1][0] and scrapes[2][0] != scrapes[1][0]
     last = series(scrapes[2][0])
     assert matching(last, "hami_vgpu_memory_allocated_bytes", node="n2")  # its pods' shares, still held
