@@ -13,7 +13,12 @@ e2e tests (tests/e2e/operator_proc.py). In order:
    client QPS/burst, each for every --modes entry, --pods pods a run:
    - fgpu: fractional pods (shares cycling through SHARES milli-GPU; `fgpu.io/request`, schedulerName
      fgpu-scheduler, `nvidia.com/gpu: 1` as the webhook writes it), --policy (the operator's default: fgpu);
-   - kube-scheduler: whole-GPU pods (`nvidia.com/gpu: 1`), the default scheduler.
+   - kube-scheduler: whole-GPU pods (`nvidia.com/gpu: 1`), the default scheduler;
+   - null (only when --schedulers names it): fgpu's pods, bound by `bench/null_binder.py`, which decides nothing
+     (the next node in turn) but writes what both schedulers write for a pod (a Binding with a hand-off
+     annotation, a Scheduled Event): what the machine leaves to a scheduler whose decisions cost nothing.
+     `null+2ms` spends 2 ms of CPU per pod on its loop before each bind, as a decision would: a sweep of those
+     finds how much a scheduler may spend per pod and still keep a latency target here.
    Both kinds of pod ask for 100m CPU. `default` is kube-scheduler's default, QPS 50 / burst 100; fgpu gets the
    same (`--qps 50 --burst 100`; its own default is 500/1000), so each setting compares equal client limits.
    Modes: `fast`, pods created as fast as the creator can (64 creates in flight); `rate`, pods offered at
@@ -146,15 +151,35 @@ def parse_modes(text: str) -> list[str]:
     return list(dict.fromkeys(modes))
 
 
-SCHEDULERS = ("fgpu", "kube-scheduler")
+SCHEDULERS = ("fgpu", "kube-scheduler", "null")
+#: Run unless --schedulers names others; `null` (bench/null_binder.py: binds without deciding) is asked for by name.
+DEFAULT_SCHEDULERS = ["fgpu", "kube-scheduler"]
+
+
+def null_burn_ms(name: str) -> float | None:
+    """`null` -> 0.0, `null+2.5ms` -> 2.5 (the null binder spending that much CPU per pod); None: not null."""
+    if name == "null":
+        return 0.0
+    if name.startswith("null+") and name.endswith("ms"):
+        with contextlib.suppress(ValueError):
+            burn = float(name[5:-2])
+            if 0 <= burn <= 1000:
+                return burn
+    return None
+
+
+def fractional(scheduler: str) -> bool:
+    """Gets fgpu's fractional pods (and nodes advertising fgpu's device slots): fgpu and the null binder."""
+    return scheduler == "fgpu" or null_burn_ms(scheduler) is not None
 
 
 def parse_schedulers(text: str) -> list[str]:
     names = [t.strip() for t in text.split(",") if t.strip()]
-    bad = [n for n in names if n not in SCHEDULERS]
+    bad = [n for n in names if n not in SCHEDULERS and null_burn_ms(n) is None]
     if bad or not names:
-        raise argparse.ArgumentTypeError(f"{text!r}: allowed: a comma-separated list of {', '.join(SCHEDULERS)}")
-    return names
+        raise argparse.ArgumentTypeError(f"{text!r}: allowed: a comma-separated list of {', '.join(SCHEDULERS)} "
+                                         "and null+<0-1000>ms (the null binder spending that CPU per pod)")
+    return list(dict.fromkeys(names))
 
 
 def percent(text: str) -> int:
@@ -189,8 +214,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="give up on a run when nothing was bound for this long, seconds (default 90; quick 30)")
     ap.add_argument("--plot", type=Path, default=REPO / "out" / "scheduler.png", help="PNG of bound pods over time")
     ap.add_argument("--out-json", type=Path, help="write the results as JSON here")
-    ap.add_argument("--schedulers", type=parse_schedulers, default=list(SCHEDULERS),
-                    help="comma-separated, of: " + ", ".join(SCHEDULERS))
+    ap.add_argument("--schedulers", type=parse_schedulers, default=DEFAULT_SCHEDULERS,
+                    help="comma-separated, of: " + ", ".join(SCHEDULERS) + " (default: fgpu,kube-scheduler; null: "
+                         "bench/null_binder.py, which binds without deciding, the floor under any scheduler here)")
     ap.add_argument("--fgpu-args", default="", help="more arguments for `fgpu operator`, space-separated "
                                                     "(e.g. '--binds-in-flight 256')")
     ap.add_argument("--keep-logs", action="store_true", help="keep the control plane's and operator's logs")
@@ -435,6 +461,7 @@ class Bench:
         self.nodes: list[str] = []
         self.slots = 0  # the nvidia.com/gpu the nodes advertise now
         self.operator = None
+        self.null: subprocess.Popen | None = None  # bench/null_binder.py, while it runs
         self.webhook = False  # the running operator registered its admission webhook
         self.metrics_port = 0  # the running operator's --metrics-port
         self.runs: list[dict] = []
@@ -490,6 +517,15 @@ class Bench:
                 self.webhook = True
                 with self.plane.api() as api:
                     wait_webhook_live(client.CoreV1Api(api), "default")
+        elif (burn := null_burn_ms(scheduler)) is not None:
+            self.set_slots(SLOTS_PER_GPU * self.args.gpus_per_node)
+            qps, burst = (setting.qps, setting.burst) if setting else (500.0, 1000)
+            log_file = open(self.workdir / f"null-binder-{self.serial}.log", "w")  # noqa: SIM115 - the process keeps it
+            self.null = subprocess.Popen([sys.executable, str(REPO / "bench" / "null_binder.py"), "--kubeconfig",
+                                          str(self.plane.kubeconfig), "--qps", f"{qps:g}", "--burst", str(burst),
+                                          "--burn-ms", f"{burn:g}"], stdout=log_file, stderr=subprocess.STDOUT)
+            log_file.close()
+            pid = self.null.pid
         else:
             self.set_slots(self.args.gpus_per_node)
             self.plane.start_scheduler(setting.qps, setting.burst, self.args.kube_nodes_to_score)
@@ -513,6 +549,10 @@ class Bench:
                     with contextlib.suppress(client.ApiException):
                         delete(MANAGED_WEBHOOKS)
             self.webhook = False
+        if self.null is not None:
+            self.null.terminate()
+            self.null.wait(30)
+            self.null = None
         self.plane.stop_component("kube-scheduler")
 
     # -- one run
@@ -520,8 +560,9 @@ class Bench:
             rate: float | None = None) -> dict:
         """One run of `pods` pods; `rate` (pods/s offered) with mode "rate"."""
         self.serial += 1
-        namespace = self.plane.create_namespace(f"bench-{self.serial}-{scheduler}-{mode}")
-        bodies = [(make_pod or (fgpu_pod if scheduler == "fgpu" else kube_pod))(i) for i in range(pods)]
+        safe = "".join(c if c.isalnum() else "-" for c in scheduler.lower())  # null+2.5ms -> null-2-5ms
+        namespace = self.plane.create_namespace(f"bench-{self.serial}-{safe}-{mode}")
+        bodies = [(make_pod or (fgpu_pod if fractional(scheduler) else kube_pod))(i) for i in range(pods)]
         label = f"{scheduler} {setting_label} {mode}" + (f" {rate:g}/s" if rate else "")
         others = {name: self.plane.pid(name) for name in ("kube-apiserver", "etcd", "kwok")}
         pids = {"scheduler": pid, **others, "bench": os.getpid()}
@@ -560,6 +601,8 @@ class Bench:
         """What scrapes the running scheduler's /metrics during a run (nothing without --scrape-every)."""
         if scheduler == "fgpu":
             return Scraper(f"http://127.0.0.1:{self.metrics_port}/metrics", self.args.scrape_every)
+        if null_burn_ms(scheduler) is not None:  # it serves no metrics
+            return Scraper("", None)
         return Scraper(f"{self.plane.scheduler_url}/metrics", self.args.scrape_every)
 
 
@@ -791,7 +834,7 @@ def targets(rows: list[dict], args: argparse.Namespace) -> list[tuple[str, str, 
         for mode, rate in mode_rates(args):
             pair = {r["scheduler"]: r for r in big
                     if r["setting"] == setting and r["mode"] == mode and r.get("rate_offered") == rate}
-            if len(pair) < 2:
+            if "fgpu" not in pair or "kube-scheduler" not in pair:
                 continue
             f, k = pair["fgpu"], pair["kube-scheduler"]
             ratio = f["pods_per_s"] / k["pods_per_s"] if k["pods_per_s"] else float("nan")
@@ -833,6 +876,9 @@ def targets_table(rows: list[tuple[str, str, str]]) -> str:
     return "\n".join(["| target | measured | met |", "|---|---|---|"] + [f"| {a} | {b} | {c} |" for a, b, c in rows])
 
 
+LINES = {"fgpu": "-", "kube-scheduler": "--"}  # the null binder's runs dotted
+
+
 def plot(rows: list[dict], path: Path) -> str:
     try:
         import matplotlib
@@ -854,7 +900,7 @@ def plot(rows: list[dict], path: Path) -> str:
             offered = f", offered {r['rate_offered']:g}/s" if r.get("rate_offered") else ""
             ax.step(xs, range(len(xs)), where="post",
                     label=f"{r['scheduler']} {r['setting']}{offered} ({r['pods_per_s']:.0f}/s)",
-                    linestyle="-" if r["scheduler"] == "fgpu" else "--")
+                    linestyle=LINES.get(r["scheduler"], ":"))
         ax.set_title(f"{title}: {group[0]['pods']} pods, {group[0]['nodes']} nodes")
         ax.set_xlabel("seconds since the first create")
         ax.set_ylabel("pods bound")
@@ -865,7 +911,7 @@ def plot(rows: list[dict], path: Path) -> str:
         for key in dict.fromkeys((r["scheduler"], r["setting"]) for r in sweep):
             line = sorted((r for r in sweep if (r["scheduler"], r["setting"]) == key), key=lambda r: r["rate_offered"])
             xs = [r["rate_offered"] for r in line]
-            style = "-" if key[0] == "fgpu" else "--"
+            style = LINES.get(key[0], ":")
             ax.plot(xs, [r["p99"] for r in line], style, marker="o", label=f"{key[0]} {key[1]} p99")
             ax.plot(xs, [r["p50"] for r in line], style, marker=".", alpha=0.6, label=f"{key[0]} {key[1]} p50")
         ax.axhline(1.0, color="grey", linewidth=0.8)
