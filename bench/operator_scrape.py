@@ -9,8 +9,14 @@ model is scraped --scrapes times from another thread, as the HTTP server does, a
 the others by median. Then --scrapes more, each after --churn of the pods were replaced (deleted, and as many
 new ones placed), fgpu's writer only. Both writers' bytes are compared every time (they must be equal).
 
+With --memory, instead: what scrapes cost the operator's memory, at each --nodes-list size, each way in a process
+of its own (freed memory is not given back to the OS reliably, so one process cannot measure both): the RSS
+after the model is built, the peak and the RSS after --scrapes scrapes, each in a new thread as the HTTP server
+serves them, gzipped. `pieces`: as /metrics answers (`exposition_chunks`, sent and gzipped piece by piece);
+`joined`: the same text joined whole and gzipped at once, as /metrics did before 2026-11-28.
+
     .venv/bin/python bench/operator_scrape.py [--nodes-list 100,1000,2000] [--gpus-per-node 8]
-        [--pods-per-node 5] [--scrapes 7] [--churn 0.05] [--out-json FILE]
+        [--pods-per-node 5] [--scrapes 7] [--churn 0.05] [--out-json FILE] [--memory]
 """
 from __future__ import annotations
 
@@ -52,6 +58,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="share of the pods replaced (deleted, new ones placed) before each of a second series of "
                         "scrapes (default 0.05: 250 pods at 1,000 nodes, 5 s of a 50 pods/s burst)")
     p.add_argument("--out-json", type=Path)
+    p.add_argument("--memory", action="store_true", help="measure what scrapes cost in memory instead of CPU")
+    p.add_argument("--memory-way", choices=MEMORY_WAYS, help=argparse.SUPPRESS)  # one way, in this process
     args = p.parse_args(argv)
     try:
         args.nodes = [int(n) for n in args.nodes_list.split(",")]
@@ -141,6 +149,77 @@ async def measure(nodes: int, args: argparse.Namespace) -> dict:
     return row
 
 
+MEMORY_WAYS = ("pieces", "joined")
+
+
+def status_mb(field: str) -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def memory_one(nodes: int, way: str, args: argparse.Namespace) -> dict:
+    """This process's RSS around `args.scrapes` gzipped scrapes of the model, answered `way`."""
+    import threading
+
+    from fgpu_operator.controller.exposition import gzipped
+    from scheduler_fakes import FakeApi, FakeEvents
+
+    metrics = OperatorMetrics()
+    s = Scheduler(LiveCluster(policy="fgpu"), FakeApi(), FakeEvents(), metrics=metrics)
+    metrics.attach(s, "bench", s.is_leader, asyncio.get_running_loop())
+    loop = asyncio.create_task(s.run())
+    for i in range(nodes):
+        s.on_node("ADDED", node(f"node-{i:05d}", args.gpus_per_node))
+    for i in range(nodes * args.pods_per_node):
+        s.on_pod("ADDED", pod(i))
+        if i % 500 == 0:
+            await asyncio.sleep(0)
+    await placed_all(s)
+    gc.collect()
+    before, before_peak = status_mb("VmRSS"), status_mb("VmHWM")
+
+    def scrape() -> None:
+        if way == "pieces":
+            gzipped(metrics.exposition_chunks())
+        else:
+            gzip.compress(metrics.exposition(), compresslevel=1)
+
+    for _ in range(args.scrapes):
+        thread = threading.Thread(target=scrape)
+        await asyncio.to_thread(lambda t=thread: (t.start(), t.join()))
+    loop.cancel()
+    return {"nodes": nodes, "way": way, "model_mb": before, "model_peak_mb": before_peak,
+            "peak_mb": status_mb("VmHWM"), "after_mb": status_mb("VmRSS")}
+
+
+def memory(args: argparse.Namespace) -> list[dict]:
+    import subprocess
+
+    rows = []
+    for nodes in args.nodes:
+        for way in MEMORY_WAYS:
+            print(f"{nodes} nodes, {way}: {args.scrapes} scrapes in a process of its own", flush=True)
+            done = subprocess.run([sys.executable, __file__, "--nodes-list", str(nodes), "--memory-way", way,
+                                   "--gpus-per-node", str(args.gpus_per_node), "--pods-per-node",
+                                   str(args.pods_per_node), "--scrapes", str(args.scrapes)],
+                                  capture_output=True, text=True, check=True)
+            rows.append(json.loads(done.stdout.splitlines()[-1]))
+    return rows
+
+
+def memory_table(rows: list[dict]) -> str:
+    out = ["| nodes x GPUs, pods | answered | RSS, model built | peak RSS | RSS after the scrapes | peak over the model "
+           "| kept after |", "|---|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        pods = r["nodes"] * r.get("pods_per_node", 5)
+        out.append(f"| {r['nodes']:,}, {pods:,} | {r['way']} | {r['model_mb']:.0f} MB | {r['peak_mb']:.0f} MB | "
+                   f"{r['after_mb']:.0f} MB | +{r['peak_mb'] - r['model_mb']:.0f} MB | "
+                   f"+{r['after_mb'] - r['model_mb']:.0f} MB |")
+    return "\n".join(out)
+
+
 def table(rows: list[dict]) -> str:
     out = ["| nodes x GPUs, pods | lines | MB (gzip 1 / 9) | fgpu writer | prometheus_client | speed-up | fgpu, first scrape"
            " | fgpu, pods replaced since the last | gzip level 1 | gzip level 9 | same bytes |",
@@ -158,6 +237,18 @@ def table(rows: list[dict]) -> str:
 def main() -> int:
     args = parse_args()
     gc.set_threshold(*GC_THRESHOLDS)  # the operator's
+    if args.memory_way:
+        row = asyncio.run(memory_one(args.nodes[0], args.memory_way, args))
+        print(json.dumps({**row, "pods_per_node": args.pods_per_node}))
+        return 0
+    if args.memory:
+        rows = memory(args)
+        print(f"\nMemory of {args.scrapes} gzipped scrapes ({args.gpus_per_node} GPUs a node, "
+              f"{args.pods_per_node} pods a node):")
+        print(memory_table(rows))
+        if args.out_json:
+            args.out_json.write_text(json.dumps(rows, indent=1) + "\n")
+        return 0
     rows = []
     for nodes in args.nodes:
         start = time.perf_counter()

@@ -143,12 +143,16 @@ class OperatorMetrics:
         m.identity, m.is_leader, m.loop, m.scheduler = identity, is_leader, loop, scheduler
 
     def exposition(self) -> bytes:
-        """What /metrics answers: the registry's families, then every gauge of the catalogue."""
-        return generate_latest(self.registry) + self.model.text().encode()
+        """What /metrics answers, whole (tests; the endpoint sends `exposition_chunks` piece by piece)."""
+        return b"".join(self.exposition_chunks())
+
+    def exposition_chunks(self) -> list[bytes]:
+        """The registry's families, then every gauge of the catalogue, in pieces (`GaugeWriter.chunks`)."""
+        return [generate_latest(self.registry), *self.model.chunks()]
 
     def serve(self, port: int, addr: str = "0.0.0.0"):
         """Serve /metrics on a thread; returns the HTTP server (`shutdown()` it). OSError if the port is taken."""
-        return exposition.serve(self.exposition, port, addr)
+        return exposition.serve(self.exposition_chunks, port, addr)
 
 
 class ModelGauges:
@@ -165,8 +169,8 @@ class ModelGauges:
         self.timeout_s = timeout_s
         self.writer = exposition.GaugeWriter(self.FAMILIES)
 
-    def text(self) -> str:
-        return self.writer.write(*self.read())
+    def chunks(self) -> list[bytes]:
+        return self.writer.chunks(*self.read())
 
     def samples(self) -> Samples:
         """Every sample one scrape writes, the cluster's and every node's, as one mapping."""

@@ -5,6 +5,7 @@ simulator's FGD function on the live arrays, a MIG layout change leaves consiste
 start-up works, and `promtool check metrics` passes on every exposition."""
 import asyncio
 import contextlib
+import gzip
 import json
 import socket
 import subprocess
@@ -14,8 +15,9 @@ from pathlib import Path
 
 import kopf
 import numpy as np
+import pytest
 from fgpu_operator.controller import webhook
-from fgpu_operator.controller.exposition import GaugeWriter
+from fgpu_operator.controller.exposition import CHUNK_BYTES, GaugeWriter, gzipped, regroup
 from fgpu_operator.controller.metrics import (
     REASONS,
     OperatorMetrics,
@@ -328,7 +330,7 @@ def test_model_gauges_write_what_prometheus_client_writes_for_the_same_model_scr
             await s.drain()
 
         async def scrape_both():
-            text = await asyncio.to_thread(metrics.model.text)
+            text = b"".join(await asyncio.to_thread(metrics.model.chunks)).decode()
             return text, await asyncio.to_thread(metrics.model.samples)
 
         for p in pods:
@@ -355,7 +357,6 @@ def test_model_gauges_write_what_prometheus_client_writes_for_the_same_model_scr
 
 
 def test_metrics_endpoint_answers_the_exposition_plain_and_gzipped_and_refuses_a_post():
-    import gzip
     import urllib.error
     import urllib.request
 
@@ -365,10 +366,11 @@ def test_metrics_endpoint_answers_the_exposition_plain_and_gzipped_and_refuses_a
     try:
         url = f"http://127.0.0.1:{server.server_port}/metrics"
         with urllib.request.urlopen(url, timeout=10) as answer:
-            plain, kind = answer.read(), answer.headers["Content-Type"]
+            plain, kind, plain_length = answer.read(), answer.headers["Content-Type"], answer.headers["Content-Length"]
         request = urllib.request.Request(url, headers={"Accept-Encoding": "gzip"})
         with urllib.request.urlopen(request, timeout=10) as answer:
-            zipped, encoding = answer.read(), answer.headers["Content-Encoding"]
+            zipped, encoding, zipped_length = (answer.read(), answer.headers["Content-Encoding"],
+                                               answer.headers["Content-Length"])
         try:
             urllib.request.urlopen(urllib.request.Request(url, data=b"x", method="POST"), timeout=10)
             status = 200
@@ -378,6 +380,16 @@ def test_metrics_endpoint_answers_the_exposition_plain_and_gzipped_and_refuses_a
         server.shutdown()
     assert kind == "text/plain; version=0.0.4; charset=utf-8" and plain == metrics.exposition()
     assert encoding == "gzip" and gzip.decompress(zipped) == plain
+    assert (int(plain_length), int(zipped_length)) == (len(plain), len(zipped))
     assert status == 405
     assert value(series(plain.decode()), "fgpu_scheduler_binds_total", result="ok") == 1
     promtool_check(plain.decode())
+
+
+@pytest.mark.parametrize("sizes", [[], [0], [5], [3, 4, 1], [CHUNK_BYTES + 1], [CHUNK_BYTES // 3] * 7 + [10, 0, 7]])
+def test_an_answer_goes_out_in_pieces_of_chunk_bytes_that_join_and_unzip_to_the_same_bytes(sizes):
+    chunks = [bytes([65 + i % 26]) * n for i, n in enumerate(sizes)]
+    pieces = list(regroup(chunks))
+    assert b"".join(pieces) == b"".join(chunks)
+    assert all(len(p) >= CHUNK_BYTES for p in pieces[:-1])  # only the last one may be short
+    assert gzip.decompress(b"".join(gzipped(chunks))) == b"".join(chunks)
