@@ -62,6 +62,7 @@ import argparse
 import asyncio
 import contextlib
 import functools
+import itertools
 import json
 import os
 import platform
@@ -229,6 +230,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--kube-nodes-to-score", type=percent,
                     help="kube-scheduler's percentageOfNodesToScore, 1-100 (default: its own, which falls with the "
                          "cluster's size: 42%% of 1,000 nodes)")
+    ap.add_argument("--repeat", type=positive(int), default=1,
+                    help="run every scheduler's modes this many times per setting, the schedulers in turn (default 1)")
     ap.add_argument("--scrape-every", type=positive(float),
                     help="scrape the scheduler's /metrics every this many seconds during each run, gzip accepted, "
                          "as Prometheus does (the chart's ServiceMonitor: 15 s; deploy/prometheus: 5 s); "
@@ -831,9 +834,9 @@ def targets(rows: list[dict], args: argparse.Namespace) -> list[tuple[str, str, 
     out = []
     big = [r for r in rows if r.get("case") != "small"]
     for setting in dict.fromkeys(r["setting"] for r in big):
-        for mode, rate in mode_rates(args):
-            pair = {r["scheduler"]: r for r in big
-                    if r["setting"] == setting and r["mode"] == mode and r.get("rate_offered") == rate}
+        for (mode, rate), repeat in itertools.product(mode_rates(args), range(args.repeat)):
+            pair = {r["scheduler"]: r for r in big if r["setting"] == setting and r["mode"] == mode
+                    and r.get("rate_offered") == rate and r.get("repeat", 0) == repeat}
             if "fgpu" not in pair or "kube-scheduler" not in pair:
                 continue
             f, k = pair["fgpu"], pair["kube-scheduler"]
@@ -931,7 +934,10 @@ def machine() -> dict:
     rev = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True, text=True)
     dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "operator"], capture_output=True,
                            text=True)
-    return {"cpus": os.cpu_count(), "loadavg": os.getloadavg(), "git": rev.stdout.strip(),
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    cpu = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in cpuinfo.splitlines()) if v}
+    return {"cpus": os.cpu_count(), "cpu_model": cpu.get("model name", "?"), "cpu_mhz": cpu.get("cpu MHz", "?"),
+            "loadavg": os.getloadavg(), "git": rev.stdout.strip(),
             "operator_changes": dirty.stdout.split("\n")[:-1],
             "python": platform.python_version()}  # the operator's and the pod creator's (this venv's)
 
@@ -974,7 +980,7 @@ def main() -> int:
 
     began = time.perf_counter()
     info = machine()
-    log(f"{info['cpus']} CPUs, load average {' '.join(f'{x:.2f}' for x in info['loadavg'])}, git {info['git']}, "
+    log(f"{info['cpus']} CPUs ({info['cpu_model']}, {info['cpu_mhz']} MHz), load average {' '.join(f'{x:.2f}' for x in info['loadavg'])}, git {info['git']}, "
         f"Python {info['python']}")
     workdir = Path(tempfile.mkdtemp(prefix="fgpu-bench-sched-"))
     plane = ControlPlane(find_testbin(os.environ.get("FGPU_TESTBIN")), workdir / "plane", workdir / "etcd")
@@ -995,10 +1001,10 @@ def main() -> int:
         if not args.small:
             bench.add_nodes(args.nodes)
             for setting in args.settings:
-                for scheduler in args.schedulers:
+                for repeat, scheduler in itertools.product(range(args.repeat), args.schedulers):
                     pid = bench.start(scheduler, setting)
                     for mode, rate in mode_rates(args):
-                        bench.run(scheduler, pid, setting.label, mode, args.pods, rate=rate)
+                        bench.run(scheduler, pid, setting.label, mode, args.pods, rate=rate)["repeat"] = repeat
                     bench.stop()
         ok = True
     except KeyboardInterrupt:
@@ -1018,7 +1024,7 @@ def main() -> int:
     if not rows:
         return 1
     checks = targets(rows, args)
-    print(f"\n{info['cpus']} CPUs shared with everything (and other users); load average at start "
+    print(f"\n{info['cpus']} CPUs ({info['cpu_model']}, {info['cpu_mhz']} MHz) shared with everything (and other users); load average at start "
           f"{info['loadavg'][0]:.2f}, at end {os.getloadavg()[0]:.2f}; {args.gpus_per_node} GPUs per node; "
           f"fgpu policy {args.policy}; operator and pod creator on Python {info['python']}; KWOK {'node stages only' if args.no_pod_stages else 'marks bound pods Running'}, "
           f"node heartbeat {heartbeat_label(args)}"
