@@ -190,3 +190,36 @@ def test_a_pod_whose_attempt_errs_is_retried_after_a_backoff_without_a_capacity_
         loop.cancel()
 
     asyncio.run(scenario())
+
+
+def test_a_waiting_pod_keeps_what_placement_and_its_messages_read_and_drops_the_rest():
+    """The queue holds a slimmed pod (`_pending_fields`): the core's request from it equals the one from the
+    whole pod, for a pod using every scheduling field; volumes, images, env and managedFields are not kept."""
+    from fgpu_operator.controller import translate
+    from fgpu_operator.controller.queue import sort_key
+    from fgpu_operator.controller.scheduler import _pending_fields
+
+    full = pod("p", 500, mem_gib=4)
+    full["metadata"].update(managedFields=[{"manager": "kubectl"}], creationTimestamp="2026-11-28T00:00:00Z",
+                            labels={"app": "x"})
+    full["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] = "{" + "x" * 5000 + "}"
+    spec = full["spec"]
+    spec.update(
+        nodeSelector={"pool": "a"}, priority=1000, overhead={"cpu": "50m"},
+        tolerations=[{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z1"]}]}]}}},
+        initContainers=[{"name": "init", "image": "busybox", "resources": {"requests": {"cpu": "2"}}}],
+        volumes=[{"name": "data", "emptyDir": {}}])
+    spec["containers"][0].update(env=[{"name": "A", "value": "1"}], command=["sleep", "1"], image="busybox",
+                                 resources={"limits": {"nvidia.com/gpu": "1"}, "requests": {"cpu": "100m"}})
+    full["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False"}]}
+    slim = _pending_fields(copy.deepcopy(full))
+    request = translate.gpu_request(full)
+    assert translate.core_request(slim, request) == translate.core_request(full, request)
+    assert sort_key(slim, True) == sort_key(full, True) == (-1000, 0)
+    assert slim["status"] == {"conditions": full["status"]["conditions"]}
+    assert slim["spec"]["containers"] == [{"name": "main", "resources": spec["containers"][0]["resources"]}]
+    assert "volumes" not in slim["spec"] and "managedFields" not in slim["metadata"]
+    assert set(slim["metadata"]["annotations"]) == {keys.REQUEST}
+    assert slim["metadata"]["creationTimestamp"] == "2026-11-28T00:00:00Z"
