@@ -103,7 +103,9 @@ def timed(fn):
     return out, time.thread_time() - start
 
 
-async def measure(nodes: int, args: argparse.Namespace) -> dict:
+async def placed_model(nodes: int, args: argparse.Namespace) -> tuple[OperatorMetrics, Scheduler, asyncio.Task]:
+    """The operator's scheduler (API faked) with `nodes` nodes and their pods placed, its metrics attached; the
+    scheduler's loop task (cancel it when done)."""
     from scheduler_fakes import FakeApi, FakeEvents
 
     metrics = OperatorMetrics()
@@ -112,12 +114,17 @@ async def measure(nodes: int, args: argparse.Namespace) -> dict:
     loop = asyncio.create_task(s.run())
     for i in range(nodes):
         s.on_node("ADDED", node(f"node-{i:05d}", args.gpus_per_node))
-    pods = nodes * args.pods_per_node
-    for i in range(pods):
+    for i in range(nodes * args.pods_per_node):
         s.on_pod("ADDED", pod(i))
         if i % 500 == 0:
             await asyncio.sleep(0)
     await placed_all(s)
+    return metrics, s, loop
+
+
+async def measure(nodes: int, args: argparse.Namespace) -> dict:
+    metrics, s, loop = await placed_model(nodes, args)
+    pods = nodes * args.pods_per_node
 
     def scrape() -> dict:
         text, ours = timed(metrics.exposition)
@@ -164,19 +171,8 @@ async def memory_one(nodes: int, way: str, args: argparse.Namespace) -> dict:
     import threading
 
     from fgpu_operator.controller.exposition import gzipped
-    from scheduler_fakes import FakeApi, FakeEvents
 
-    metrics = OperatorMetrics()
-    s = Scheduler(LiveCluster(policy="fgpu"), FakeApi(), FakeEvents(), metrics=metrics)
-    metrics.attach(s, "bench", s.is_leader, asyncio.get_running_loop())
-    loop = asyncio.create_task(s.run())
-    for i in range(nodes):
-        s.on_node("ADDED", node(f"node-{i:05d}", args.gpus_per_node))
-    for i in range(nodes * args.pods_per_node):
-        s.on_pod("ADDED", pod(i))
-        if i % 500 == 0:
-            await asyncio.sleep(0)
-    await placed_all(s)
+    metrics, _, loop = await placed_model(nodes, args)
     gc.collect()
     before, before_peak = status_mb("VmRSS"), status_mb("VmHWM")
 

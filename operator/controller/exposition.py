@@ -167,11 +167,12 @@ def serve(exposition: Callable[[], list[bytes]], port: int, addr: str = "0.0.0.0
         chunks = exposition()
         headers = [("Content-Type", CONTENT_TYPE_PLAIN_0_0_4)]
         if gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", "")):
-            body: Iterable[bytes] = gzipped(chunks)
+            zipped = gzipped(chunks)  # small: held whole, to know its length
+            body, length = iter(zipped), sum(map(len, zipped))
             headers.append(("Content-Encoding", "gzip"))
         else:
-            body = regroup(chunks)
-        headers.append(("Content-Length", str(sum(map(len, body if isinstance(body, list) else chunks)))))
+            body, length = regroup(chunks), sum(map(len, chunks))
+        headers.append(("Content-Length", str(length)))
         start_response("200 OK", headers)
         return body
 
