@@ -14,7 +14,7 @@ e2e tests (tests/e2e/operator_proc.py). In order:
    - fgpu: fractional pods (shares cycling through SHARES milli-GPU; `fgpu.io/request`, schedulerName
      fgpu-scheduler, `nvidia.com/gpu: 1` as the webhook writes it), --policy (the operator's default: fgpu);
    - kube-scheduler: whole-GPU pods (`nvidia.com/gpu: 1`), the default scheduler;
-   - null (only when --schedulers names it): fgpu's pods, bound by `bench/null_binder.py`, which decides nothing
+   - null (only when --schedulers names it): fgpu's pods, bound by `bench/helpers/null_binder.py`, which decides nothing
      (the next node in turn) but writes what both schedulers write for a pod (a Binding with a hand-off
      annotation, a Scheduled Event): what the machine leaves to a scheduler whose decisions cost nothing.
      `null+2ms` spends 2 ms of CPU per pod on its loop before each bind, as a decision would: a sweep of those
@@ -153,7 +153,7 @@ def parse_modes(text: str) -> list[str]:
 
 
 SCHEDULERS = ("fgpu", "kube-scheduler", "null")
-#: Run unless --schedulers names others; `null` (bench/null_binder.py: binds without deciding) is asked for by name.
+#: Run unless --schedulers names others; `null` (bench/helpers/null_binder.py: binds without deciding) is asked for by name.
 DEFAULT_SCHEDULERS = ["fgpu", "kube-scheduler"]
 
 
@@ -217,7 +217,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--out-json", type=Path, help="write the results as JSON here")
     ap.add_argument("--schedulers", type=parse_schedulers, default=DEFAULT_SCHEDULERS,
                     help="comma-separated, of: " + ", ".join(SCHEDULERS) + " (default: fgpu,kube-scheduler; null: "
-                         "bench/null_binder.py, which binds without deciding, the floor under any scheduler here)")
+                         "bench/helpers/null_binder.py, which binds without deciding, the floor under any scheduler here)")
     ap.add_argument("--fgpu-args", default="", help="more arguments for `fgpu operator`, space-separated "
                                                     "(e.g. '--binds-in-flight 256')")
     ap.add_argument("--keep-logs", action="store_true", help="keep the control plane's and operator's logs")
@@ -464,7 +464,7 @@ class Bench:
         self.nodes: list[str] = []
         self.slots = 0  # the nvidia.com/gpu the nodes advertise now
         self.operator = None
-        self.null: subprocess.Popen | None = None  # bench/null_binder.py, while it runs
+        self.null: subprocess.Popen | None = None  # bench/helpers/null_binder.py, while it runs
         self.webhook = False  # the running operator registered its admission webhook
         self.metrics_port = 0  # the running operator's --metrics-port
         self.runs: list[dict] = []
@@ -524,7 +524,7 @@ class Bench:
             self.set_slots(SLOTS_PER_GPU * self.args.gpus_per_node)
             qps, burst = (setting.qps, setting.burst) if setting else (500.0, 1000)
             log_file = open(self.workdir / f"null-binder-{self.serial}.log", "w")  # noqa: SIM115 - the process keeps it
-            self.null = subprocess.Popen([sys.executable, str(REPO / "bench" / "null_binder.py"), "--kubeconfig",
+            self.null = subprocess.Popen([sys.executable, str(REPO / "bench" / "helpers" / "null_binder.py"), "--kubeconfig",
                                           str(self.plane.kubeconfig), "--qps", f"{qps:g}", "--burst", str(burst),
                                           "--burn-ms", f"{burn:g}"], stdout=log_file, stderr=subprocess.STDOUT)
             log_file.close()

@@ -13,7 +13,7 @@ decide, so a real scheduler on the same machine can only do worse.
 With --burn-ms M it spends M ms of CPU on its loop per pod before binding it, as a scheduler's decision would:
 how much a scheduler may spend per pod and still keep a latency target on this machine.
 
-    .venv/bin/python bench/null_binder.py --kubeconfig FILE [--qps 500 --burst 1000] [--in-flight 64] [--burn-ms 0]
+    .venv/bin/python bench/helpers/null_binder.py --kubeconfig FILE [--qps 500 --burst 1000] [--in-flight 64] [--burn-ms 0]
 """
 from __future__ import annotations
 
