@@ -31,6 +31,7 @@ from fgpu_operator.objects import timestamp
 
 from fgpu_contracts import keys
 from fgpu_contracts.assignment import Assignment, ContainerAssignment, DeviceShare
+from fgpu_contracts.cli import number
 
 
 def handoff(node: str) -> dict[str, str]:
@@ -105,11 +106,11 @@ async def serve(args: argparse.Namespace) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kubeconfig", required=True)
-    ap.add_argument("--qps", type=float, default=500.0)
-    ap.add_argument("--burst", type=int, default=1000)
-    ap.add_argument("--in-flight", type=int, default=64)
+    ap.add_argument("--qps", type=number(float, lo=0, lo_open=True), default=500.0)
+    ap.add_argument("--burst", type=number(int, lo=1), default=1000)
+    ap.add_argument("--in-flight", type=number(int, lo=1), default=64)
     ap.add_argument("--scheduler-name", default=keys.SCHEDULER_NAME)
-    ap.add_argument("--burn-ms", type=float, default=0.0,
+    ap.add_argument("--burn-ms", type=number(float, lo=0, hi=1000), default=0.0,
                     help="CPU to spend per pod on the loop before binding it, as a decision would (default 0)")
     args = ap.parse_args()
     import uvloop
