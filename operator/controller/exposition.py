@@ -39,7 +39,7 @@ class GaugeWriter:
     """Gauge families (name, help, label names) written as text, in the order given; safe to call from
     concurrent scrape threads (each builds its own caches and the last one kept wins).
 
-    `write` takes the cluster's samples and, apart, its parts (a node's series): a part whose token holds the
+    `chunks` takes the cluster's samples and, apart, its parts (a node's series): a part whose token holds the
     same objects as at the last scrape is written from the text kept for it, so a scrape costs what changed
     since the last one, not a line per series."""
 
@@ -47,10 +47,6 @@ class GaugeWriter:
         self._families = [(name, _header(name, help_text), labels) for name, help_text, labels in families]
         self._heads: dict[str, dict[tuple[str, ...], str]] = {}  # family -> label values -> 'name{...} '
         self._parts: dict[Hashable, _Part] = {}
-
-    def write(self, samples: Samples, parts: Iterable[tuple[Hashable, tuple, Callable[[], Samples]]] = ()) -> str:
-        """The whole text (tests, small answers): `chunks` joined."""
-        return b"".join(self.chunks(samples, parts)).decode()
 
     def chunks(self, samples: Samples, parts: Iterable[tuple[Hashable, tuple, Callable[[], Samples]]] = ()
                ) -> list[bytes]:
@@ -167,8 +163,8 @@ def serve(exposition: Callable[[], list[bytes]], port: int, addr: str = "0.0.0.0
         chunks = exposition()
         headers = [("Content-Type", CONTENT_TYPE_PLAIN_0_0_4)]
         if gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", "")):
-            zipped = gzipped(chunks)  # small: held whole, to know its length
-            body, length = iter(zipped), sum(map(len, zipped))
+            body = gzipped(chunks)  # small: held whole, to know its length
+            length = sum(map(len, body))
             headers.append(("Content-Encoding", "gzip"))
         else:
             body, length = regroup(chunks), sum(map(len, chunks))
