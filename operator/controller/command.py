@@ -74,8 +74,10 @@ def run(args: argparse.Namespace) -> int:
     import uvloop
 
     from ..kopf_acyclic import make_kopf_bodies_acyclic
+    from ..kopf_fast import speed_up_kopf
 
     make_kopf_bodies_acyclic()  # before Kopf makes its first Body
+    speed_up_kopf()
 
     from . import handlers
 

@@ -9,7 +9,6 @@ Give binds their own ApiSession, so that events cannot slow them; leader electio
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import Any
 
 import aiohttp
 
+from . import wirejson
 from .config import Credentials
 from .outcome import RETRYABLE, Outcome, classify
 from .ratelimit import TokenBucket
@@ -135,7 +135,7 @@ class ApiSession:
                     *lines, buf = (buf + chunk).split(b"\n")
                     for line in lines:
                         if line.strip():
-                            yield json.loads(line)
+                            yield wirejson.loads(line)
         except (aiohttp.ClientError, TimeoutError) as e:
             yield _error_event(0, f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
 
@@ -150,7 +150,7 @@ class ApiSession:
         extra = {"timeout": aiohttp.ClientTimeout(total=timeout_s)} if timeout_s else {}
         try:
             async with self._http.request(
-                method, url, data=None if body is None else _dumps(body), headers=headers, params=params, **extra
+                method, url, data=None if body is None else wirejson.dumps(body), headers=headers, params=params, **extra
             ) as resp:
                 raw = await resp.read()
                 return (resp.status, _loads(raw), _retry_after(resp.headers.get("Retry-After")),
@@ -176,15 +176,11 @@ def _error_event(code: int, message: str) -> dict[str, Any]:
     return {"type": "ERROR", "object": {"kind": "Status", "status": "Failure", "code": code, "message": message}}
 
 
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"))
-
-
 def _loads(raw: bytes) -> Any:
     if not raw:
         return {}
     try:
-        return json.loads(raw)
+        return wirejson.loads(raw)
     except ValueError:
         return raw[:500].decode(errors="replace")
 

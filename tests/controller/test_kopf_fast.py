@@ -1,0 +1,115 @@
+"""`speed_up_kopf` applies to the Kopf installed, and Kopf then hands handlers what it hands them as shipped.
+Each case runs in a subprocess: the patches are process-wide."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+#: Kopf's own processing of one watch event (`process_resource_event`, the function its per-object workers call),
+#: with an on.event handler that records every keyword argument it is given, and lookups through Kopf's views.
+PROBE = r"""
+import asyncio, functools, json, kopf
+from kopf._core.actions import lifecycles
+from kopf._core.engines import indexing
+from kopf._core.intents import registries
+from kopf._core.reactor import inventory, processing
+from kopf._cogs.structs import bodies, dicts, references
+from kopf._cogs.clients import api
+seen = []
+registry = registries.OperatorRegistry()
+
+@kopf.on.event("", "v1", "pods", registry=registry)
+async def handler(**kwargs):
+    seen.append({name: (dict(value) if isinstance(value, dicts.MappingView) else value)
+                 for name, value in kwargs.items() if name in KEPT})
+
+KEPT = {"type", "event", "body", "spec", "meta", "status", "uid", "name", "namespace", "labels", "annotations"}
+settings = kopf.OperatorSettings()
+settings.posting.enabled = False
+resource = references.Resource(group="", version="v1", plural="pods", kind="Pod", namespaced=True)
+pod = {"apiVersion": "v1", "kind": "Pod",
+       "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "labels": {"a": "b"}, "annotations": {"x": "y"}},
+       "spec": {"nodeName": "n1"}, "status": {"phase": "Pending"}}
+process = functools.partial(processing.process_resource_event, lifecycle=lifecycles.all_at_once, registry=registry,
+                            settings=settings, indexers=indexing.OperatorIndexers(),
+                            memories=inventory.ResourceMemories(), memobase=kopf.Memo(),
+                            event_queue=asyncio.Queue(), resource=resource)
+
+async def main():
+    for kind in ("ADDED", "MODIFIED", "DELETED"):
+        await process(raw_event={"type": kind, "object": json.loads(json.dumps(pod))})
+asyncio.run(main())
+view = dicts.MappingView({"a": {"b": {"c": 1}}, "s": "text"}, "a")
+lookups = [view["b"], dict(view), view.get("missing", "default"), bodies.Body(pod).metadata.labels["a"]]
+errors = []
+for probe in (lambda: view["missing"], lambda: dicts.MappingView({"a": "text"}, "a")["b"],
+              lambda: dicts.MappingView({"a": {"b": 1}}, ("a", "b"))["c"]):
+    try:
+        probe()
+    except Exception as e:
+        errors.append([type(e).__name__, str(e)])
+line = b'{"type":"ADDED","object":{"metadata":{"name":"p","n":9223372036854775807,"m":-9223372036854775808,"f":1.5,"u":"\\u00e9"}}}'
+print(json.dumps({"seen": seen, "lookups": lookups, "errors": errors, "decoded": api.json.loads(line)},
+                 sort_keys=True))
+"""
+
+
+def probe(fast: bool) -> dict:
+    prelude = ("import kopf\nfrom fgpu_operator.kopf_acyclic import make_kopf_bodies_acyclic\n"
+               "make_kopf_bodies_acyclic()\n")
+    if fast:
+        prelude += ("from fgpu_operator.kopf_fast import speed_up_kopf\n"
+                    "assert speed_up_kopf() == [], 'a part did not apply'\n")
+    done = subprocess.run([sys.executable, "-c", prelude + PROBE], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.fixture(scope="module")
+def shipped_and_fast() -> tuple[dict, dict]:
+    return probe(fast=False), probe(fast=True)
+
+
+def test_every_part_applies_to_the_installed_kopf(shipped_and_fast):
+    _, fast = shipped_and_fast
+    assert [e["type"] for e in fast["seen"]] == ["ADDED", "MODIFIED", "DELETED"]
+
+
+def test_handlers_get_the_same_keyword_arguments(shipped_and_fast):
+    shipped, fast = shipped_and_fast
+    assert fast["seen"] == shipped["seen"]
+    first = fast["seen"][0]
+    assert (first["uid"], first["name"], first["namespace"]) == ("u1", "p", "ns")
+    assert first["labels"] == {"a": "b"} and first["annotations"] == {"x": "y"}
+    assert first["spec"] == {"nodeName": "n1"} and first["status"] == {"phase": "Pending"}
+
+
+def test_views_look_up_and_fail_as_shipped(shipped_and_fast):
+    shipped, fast = shipped_and_fast
+    assert fast["lookups"] == shipped["lookups"] == [{"c": 1}, {"b": {"c": 1}}, "default", "b"]
+    assert fast["errors"] == shipped["errors"]
+    assert [name for name, _ in fast["errors"]] == ["KeyError", "TypeError", "TypeError"]
+
+
+def test_watch_lines_decode_as_json_does(shipped_and_fast):
+    shipped, fast = shipped_and_fast
+    assert fast["decoded"] == shipped["decoded"]
+    assert fast["decoded"]["object"]["metadata"]["n"] == 2**63 - 1  # the apiserver's largest (int64)
+
+
+def test_the_operator_command_applies_it_before_kopf_runs():
+    """`fgpu operator` up to the moment it hands over to Kopf, with kopf.run replaced by a look at Kopf."""
+    runner = ("import kopf\n"
+              "def look_instead(**_):\n"
+              "    from kopf._cogs.clients import api\n"
+              "    from kopf._core.intents import causes\n"
+              "    from fgpu_operator.kube import wirejson\n"
+              "    print(api.json.loads is wirejson.loads, '_kwargs' in causes.WatchingCause.__dict__)\n"
+              "    return 0\n"
+              "kopf.run = look_instead\n"
+              "from fgpu_operator.cli import main\n"
+              "main(['operator', '--no-leader-elect'])\n")
+    done = subprocess.run([sys.executable, "-c", runner], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "True True"
