@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed-py$(shell $(PYTHON) -c 'import sys; print("%d.%d" % 
 FGPU_CACHE ?= $(HOME)/.cache/fgpu
 export FGPU_CACHE
 
-.PHONY: demo demo-down test testbin node-setup install lint unit e2e bench prometheus clean image image-nodocker chart-docs kind-up kind-down minikube-up minikube-down
+.PHONY: demo demo-down test testbin node-setup install python-pgo lint unit e2e bench prometheus clean image image-nodocker chart-docs kind-up kind-down minikube-up minikube-down
 
 $(STAMP): pyproject.toml setup.py
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "fgpu needs Python >= 3.11")'
@@ -21,6 +21,13 @@ $(STAMP): pyproject.toml setup.py
 	@touch $(STAMP)
 
 install: $(STAMP)
+
+## CPython built as the operator image's is (PGO + LTO; ~25 min, once, by hand; hack/python-pgo.sh), then .venv
+## rebuilt with it, so benchmarks time the interpreter that ships. CI does not need it.
+python-pgo:
+	@hack/python-pgo.sh >/dev/null
+	rm -f $(VENV)/.installed-py*
+	$(MAKE) install PYTHON="$$(hack/python.sh)"
 
 ## fgpu end to end on this machine, no Docker (devcluster/demo.py): control plane, 3 emulated-GPU nodes, operator,
 ## Prometheus, the example pods, a workload, `fgpu report`, a short `fgpu simulate`. The cluster stays up until demo-down.

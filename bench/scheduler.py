@@ -939,7 +939,19 @@ def machine() -> dict:
     return {"cpus": os.cpu_count(), "cpu_model": cpu.get("model name", "?"), "cpu_mhz": cpu.get("cpu MHz", "?"),
             "loadavg": os.getloadavg(), "git": rev.stdout.strip(),
             "operator_changes": dirty.stdout.split("\n")[:-1],
-            "python": platform.python_version()}  # the operator's and the pod creator's (this venv's)
+            "python": platform.python_version(),  # the operator's and the pod creator's (this venv's)
+            "python_build": python_build()}
+
+
+def python_build() -> str:
+    """What this interpreter's configure line asked for: "PGO+LTO" as the operator image's CPython does (`make
+    python-pgo`), one of the two, or "no PGO/LTO" (pyenv's default; a distribution may optimise by other means that
+    its configure line does not show). It sets much of the operator's CPU per pod."""
+    import sysconfig
+
+    args = sysconfig.get_config_var("CONFIG_ARGS") or ""
+    have = [name for flag, name in (("--enable-optimizations", "PGO"), ("--with-lto", "LTO")) if flag in args]
+    return "+".join(have) if have else "no PGO/LTO"
 
 
 # ---- main -----------------------------------------------------------------------------------------------------
@@ -981,7 +993,7 @@ def main() -> int:
     began = time.perf_counter()
     info = machine()
     log(f"{info['cpus']} CPUs ({info['cpu_model']}, {info['cpu_mhz']} MHz), load average {' '.join(f'{x:.2f}' for x in info['loadavg'])}, git {info['git']}, "
-        f"Python {info['python']}")
+        f"Python {info['python']} ({info['python_build']})")
     workdir = Path(tempfile.mkdtemp(prefix="fgpu-bench-sched-"))
     plane = ControlPlane(find_testbin(os.environ.get("FGPU_TESTBIN")), workdir / "plane", workdir / "etcd")
     bench = Bench(plane, workdir, args)

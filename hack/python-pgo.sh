@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Build CPython the way the operator image's is built, so benchmarks time the interpreter a Helm install runs.
+#
+#   make python-pgo            (or: hack/python-pgo.sh [VERSION])
+#
+# Why: the image's base (the Dockerfile's python:3.12.x-slim-bookworm, Docker's official image) compiles CPython
+# with profile-guided and link-time optimisation (`--enable-optimizations --with-lto`); pyenv's and most
+# distributions' builds here do not, and the operator is pure Python on one thread, so the interpreter's build
+# sets much of its rate (README, "Scheduler throughput").
+#   source:  python.org is not reachable here; the Go module proxy serves CPython's tagged sources as the module
+#            github.com/python/cpython (vX.Y.Z+incompatible.zip). VERSION defaults to the proxy's 3.12 release closest to the
+#            Dockerfile's pin and not older (the pin's own when the proxy has it).
+#   cache:   ${FGPU_CACHE:-$HOME/.cache/fgpu}/python/<version>-pgo/ (the install), .../src-<version>/ (the build);
+#            nothing is written in the repository. Idempotent: an existing install is reused.
+#   cost:    ~25 min on 2 cores (PGO runs CPython's training suite); run it once, by hand. `make` then builds
+#            .venv with it (hack/python.sh prefers it); CI does not build it.
+#   output:  progress on stderr; the LAST line on stdout is the interpreter's path.
+#   errors:  one line on stderr saying what failed.
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+FGPU_CACHE=${FGPU_CACHE:-$HOME/.cache/fgpu}
+PROXY=${GOPROXY_URL:-https://proxy.golang.org}
+MODULE=github.com/python/cpython
+die() { echo "hack/python-pgo.sh: $*" >&2; exit 1; }
+
+pin=$(sed -n 's/^ARG PYTHON_IMAGE=python:\([0-9]*\.[0-9]*\.[0-9]*\).*/\1/p' "$REPO/Dockerfile")
+[[ -n $pin ]] || die "no python:X.Y.Z pin in the Dockerfile's ARG PYTHON_IMAGE"
+version=${1:-}
+if [[ -z $version ]]; then
+    listed=$(curl -fsS --max-time 60 "$PROXY/$MODULE/@v/list") || die "cannot list $MODULE on $PROXY"
+    minor=${pin%.*}
+    version=$(tr ' ' '\n' <<<"$listed" | sed -n "s/^v\(${minor//./\\.}\.[0-9]*\)+incompatible$/\1/p" | sort -V \
+              | awk -v pin="$pin" 'BEGIN { split(pin, p, ".") } { split($0, v, "."); if (v[3] + 0 >= p[3] + 0) print }' \
+              | head -n1)
+    [[ -n $version ]] || die "$PROXY has no $MODULE release $minor.x at or after the Dockerfile's $pin"
+fi
+[[ $version =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "VERSION '$version' is not X.Y.Z"
+prefix="$FGPU_CACHE/python/$version-pgo"
+python="$prefix/bin/python${version%.*}"
+if [[ -x $python ]] && "$python" -c 'import ssl, ctypes, sqlite3' 2>/dev/null; then
+    echo "hack/python-pgo.sh: $version with PGO+LTO already built" >&2
+    echo "$python"
+    exit 0
+fi
+
+src="$FGPU_CACHE/python/src-$version"
+zip="$FGPU_CACHE/python/cpython-$version.zip"
+mkdir -p "$FGPU_CACHE/python"
+if [[ ! -s $zip ]]; then
+    echo "hack/python-pgo.sh: fetching CPython $version's source from $PROXY" >&2
+    curl -fsS --max-time 600 -o "$zip.part" "$PROXY/$MODULE/@v/v$version+incompatible.zip" \
+        || die "cannot fetch $MODULE v$version+incompatible from $PROXY"
+    mv "$zip.part" "$zip"
+fi
+rm -rf "$src" && mkdir -p "$src"
+unzip -q "$zip" -d "$src.unzip" || die "cannot unpack $zip"
+mv "$src.unzip/$MODULE@v$version+incompatible"/* "$src/" && rm -rf "$src.unzip"
+# Module zips keep no file modes: every script (a #! first line) gets its execute bit back.
+grep -rlI --null -m1 '^#!' "$src" | xargs -0 chmod +x
+cd "$src"
+echo "hack/python-pgo.sh: configure + make (PGO, LTO) + install into $prefix; log: $src/build.log" >&2
+{
+    # The official image's flags (docker-library/python), with an rpath so the shared libpython is found.
+    ./configure --prefix="$prefix" --enable-optimizations --with-lto --enable-shared \
+        --enable-loadable-sqlite-extensions LDFLAGS="-Wl,-rpath,$prefix/lib"
+    make -j "$(nproc)"
+    make install
+} >"$src/build.log" 2>&1 || die "the build failed: see $src/build.log"
+"$python" -c 'import ssl, ctypes, sqlite3' || die "$python lacks ssl/ctypes/sqlite3 (missing -dev packages?)"
+echo "$python"
