@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml setup.py
 
 install: $(STAMP)
 
-## CPython built as the operator image's is (PGO + LTO; ~25 min, once, by hand; hack/python-pgo.sh), then .venv
+## CPython built as the operator image's is (PGO + LTO; ~20 min on 2 cores, once, by hand; hack/python-pgo.sh), then .venv
 ## rebuilt with it, so benchmarks time the interpreter that ships. CI does not need it.
 python-pgo:
 	@hack/python-pgo.sh >/dev/null

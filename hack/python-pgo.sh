@@ -12,7 +12,7 @@
 #            Dockerfile's pin and not older (the pin's own when the proxy has it).
 #   cache:   ${FGPU_CACHE:-$HOME/.cache/fgpu}/python/<version>-pgo/ (the install), .../src-<version>/ (the build);
 #            nothing is written in the repository. Idempotent: an existing install is reused.
-#   cost:    ~25 min on 2 cores (PGO runs CPython's training suite); run it once, by hand. `make` then builds
+#   cost:    ~20 min on 2 idle cores (2026-11-28: the build, PGO training run included); once, by hand. `make` then builds
 #            .venv with it (hack/python.sh prefers it); CI does not build it.
 #   output:  progress on stderr; the LAST line on stdout is the interpreter's path.
 #   errors:  one line on stderr saying what failed.
@@ -37,7 +37,7 @@ fi
 [[ $version =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "VERSION '$version' is not X.Y.Z"
 prefix="$FGPU_CACHE/python/$version-pgo"
 python="$prefix/bin/python${version%.*}"
-if [[ -x $python ]] && "$python" -c 'import ssl, ctypes, sqlite3' 2>/dev/null; then
+if [[ -x $python ]] && "$python" -I -c 'import ssl, ctypes, sqlite3' 2>/dev/null; then
     echo "hack/python-pgo.sh: $version with PGO+LTO already built" >&2
     echo "$python"
     exit 0
@@ -66,5 +66,5 @@ echo "hack/python-pgo.sh: configure + make (PGO, LTO) + install into $prefix; lo
     make -j "$(nproc)"
     make install
 } >"$src/build.log" 2>&1 || die "the build failed: see $src/build.log"
-"$python" -c 'import ssl, ctypes, sqlite3' || die "$python lacks ssl/ctypes/sqlite3 (missing -dev packages?)"
+"$python" -I -c 'import ssl, ctypes, sqlite3' || die "$python lacks ssl/ctypes/sqlite3 (missing -dev packages?)"
 echo "$python"
