@@ -153,8 +153,8 @@ def gzipped(chunks: Iterable[bytes], level: int = GZIP_LEVEL) -> list[bytes]:
 
 
 def serve(exposition: Callable[[], list[bytes]], port: int, addr: str = "0.0.0.0") -> ThreadingWSGIServer:
-    """Serve the pieces `exposition()` gives on every GET from a daemon thread (gzip when asked); returns the
-    server (`shutdown()` it). OSError if the port is taken."""
+    """Serve the pieces `exposition()` gives on every GET (HEAD: its headers only) from a daemon thread, gzipped
+    when asked; returns the server (`shutdown()` it). OSError if the port is taken."""
 
     def app(environ, start_response):
         if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
@@ -170,7 +170,7 @@ def serve(exposition: Callable[[], list[bytes]], port: int, addr: str = "0.0.0.0
             body, length = regroup(chunks), sum(map(len, chunks))
         headers.append(("Content-Length", str(length)))
         start_response("200 OK", headers)
-        return body
+        return [] if environ["REQUEST_METHOD"] == "HEAD" else body  # HEAD: GET's headers, no body (RFC 9110 9.3.2)
 
     family = socket.AF_INET6 if ":" in addr else socket.AF_INET
     server_class = type("MetricsServer", (ThreadingWSGIServer,), {"address_family": family})

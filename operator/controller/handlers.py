@@ -189,6 +189,10 @@ class NoProgress(kopf.ProgressStorage):
 
 
 def _webhook_server() -> kopf.WebhookServer:
+    """Kopf's server on the mounted certificate, else on a self-signed one whose files (Kopf re-reads them to
+    notice a renewal) are removed when the process exits; a SIGKILLed operator leaves them in its TMPDIR."""
+    import atexit
+    import shutil
     import tempfile
     from pathlib import Path
 
@@ -199,7 +203,9 @@ def _webhook_server() -> kopf.WebhookServer:
         d = Path(CONFIG.webhook_cert_dir)
         cert = ServingCert(d / "tls.crt", d / "tls.key", d / "ca.pem")
     else:
-        cert = self_signed(Path(tempfile.mkdtemp(prefix="fgpu-webhook-")), [host])
+        d = Path(tempfile.mkdtemp(prefix="fgpu-webhook-"))
+        atexit.register(shutil.rmtree, d, ignore_errors=True)
+        cert = self_signed(d, [host])
     return kopf.WebhookServer(addr=CONFIG.webhook_addr, port=CONFIG.webhook_port, host=host,
                               certfile=cert.certfile, pkeyfile=cert.pkeyfile, cafile=cert.cafile)
 

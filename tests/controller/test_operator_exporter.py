@@ -380,14 +380,30 @@ def test_metrics_endpoint_answers_the_exposition_plain_and_gzipped_and_refuses_a
             status = 200
         except urllib.error.HTTPError as err:
             status = err.code
+        head = raw_answer(server.server_port, b"HEAD /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     finally:
         server.shutdown()
+    head_lines, head_body = head.split(b"\r\n\r\n", 1)
+    assert head_lines.split(b"\r\n")[0].endswith(b" 200 OK") and f"Content-Length: {len(plain)}".encode() in head_lines
+    assert head_body == b""  # a body after a HEAD answer would be read as the next answer on a kept-alive connection
     assert kind == "text/plain; version=0.0.4; charset=utf-8" and plain == metrics.exposition()
     assert encoding == "gzip" and gzip.decompress(zipped) == plain
     assert (int(plain_length), int(zipped_length)) == (len(plain), len(zipped))
     assert status == 405
     assert value(series(plain.decode()), "fgpu_scheduler_binds_total", result="ok") == 1
     promtool_check(plain.decode())
+
+
+def raw_answer(port: int, request: bytes) -> bytes:
+    """Every byte the server sends for `request` until it closes the connection (urllib would hide a body)."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(request)
+        received = []
+        while data := conn.recv(65536):
+            received.append(data)
+    return b"".join(received)
 
 
 @pytest.mark.parametrize("sizes", [[], [0], [5], [3, 4, 1], [CHUNK_BYTES + 1], [CHUNK_BYTES // 3] * 7 + [10, 0, 7]])

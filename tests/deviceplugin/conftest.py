@@ -8,7 +8,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -85,13 +84,3 @@ def run_plugin(plugin_dir, secret_file):
     yield start
     for proc in started:
         proc.stop()
-
-
-def wait_for(predicate, timeout: float = 5.0, interval: float = 0.02):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    return predicate()

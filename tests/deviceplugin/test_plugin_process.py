@@ -1,10 +1,10 @@
 """`fgpu-device-plugin` as a separate process against the stub kubelet: registration, re-registration,
 device lists per sharing mode, Allocate's env, bad configs."""
 import time
+from pathlib import Path
 
 import grpc
 import pytest
-from conftest import SECRET
 
 from deviceplugin.api import api_pb2
 from simgpu.token import verify_token
@@ -41,7 +41,7 @@ def test_registers_and_lists_whole_gpus(kubelet, run_plugin):
     assert all(d.ID.startswith("GPU-") and d.health == "Healthy" for d in devices)
 
 
-def test_allocate_whole_gpu_env_and_token(kubelet, run_plugin):
+def test_allocate_whole_gpu_env_and_token(kubelet, run_plugin, secret_file):
     run_plugin(TWO_H100, "--daemon-socket", "/run/fgpu/daemon.sock")
     devices = kubelet.wait_devices("nvidia.com/gpu", lambda d: len(d) == 2)
     resp = allocate(kubelet.plugin("nvidia.com/gpu"), [devices[1].ID])
@@ -50,7 +50,7 @@ def test_allocate_whole_gpu_env_and_token(kubelet, run_plugin):
     assert env["NODE_NAME"] == "node-1"
     assert env["FGPU_DAEMON_SOCKET"] == "/var/run/fgpu/daemon.sock"
     assert "CUDA_DEVICE_MEMORY_LIMIT_0" not in env
-    grant = verify_token(SECRET, env["FGPU_CONTEXT_TOKEN"])
+    grant = verify_token(Path(secret_file).read_bytes(), env["FGPU_CONTEXT_TOKEN"])
     assert grant.device_uuid == devices[1].ID and grant.mem_limit_bytes is None
     assert [(m.container_path, m.host_path) for m in resp.mounts] == [("/var/run/fgpu", "/run/fgpu")]
 

@@ -7,8 +7,9 @@ import sys
 import time
 
 import pytest
-from conftest import REPO, wait_for
+from polling import wait_for
 
+from devcluster.fgpu import REPO
 from deviceplugin.api import api_pb2
 
 MPS = """version: v1

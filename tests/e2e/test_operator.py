@@ -120,3 +120,5 @@ def test_webhook_normalises_a_hami_pod_and_denies_a_bad_one(k8s, kwok, make_kwok
             assert "fgpu.io/gpu-fraction" in message and "1.5" in message and "\n" not in message
     finally:
         stop(proc)
+    assert proc.returncode == 0  # SIGTERM: a clean exit, not the SIGKILL after the grace
+    assert not list(tmp_path.glob("fgpu-webhook-*"))  # its self-signed certificate and key went with it

@@ -4,9 +4,9 @@ the value and what is allowed, exit code 2, nothing on stdout and no file writte
 import json
 
 import pytest
-from conftest import NODES, PODS_HEADER, pod_rows
 from fgpu_operator.cli import main
 from fgpu_operator.sim.report import finite, seeds_label
+from trace_rows import NODES, PODS_HEADER, pod_rows
 
 
 def run(capsys, *argv):

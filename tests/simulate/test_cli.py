@@ -2,12 +2,12 @@
 import json
 
 import pytest
-from conftest import PODS_HEADER, pod_rows
 from fgpu_operator.cli import main
 from fgpu_operator.placement.errors import PlacementInputError
 from fgpu_operator.sim.command import parse_seeds
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from trace_rows import PODS_HEADER, pod_rows
 
 
 def run(capsys, *argv):
