@@ -17,13 +17,17 @@ VALUES = ROOT / "deploy" / "values"
 EXAMPLE_VALUES = sorted(VALUES.glob("*.yaml"))
 
 
+def helm_available() -> bool:
+    raw = os.environ.get("FGPU_TESTBIN")
+    return bool(raw) and os.access(Path(raw).expanduser() / "helm", os.X_OK)
+
+
 def helm_binary() -> Path:
     """helm from FGPU_TESTBIN; skip (or, with FGPU_REQUIRE_E2E=1, fail: tests/conftest.py) without it."""
     raw = os.environ.get("FGPU_TESTBIN")
-    path = Path(raw).expanduser() / "helm" if raw else None
-    if path is None or not os.access(path, os.X_OK):
+    if not helm_available():
         pytest.skip(f"no helm: FGPU_TESTBIN={raw or '(unset)'} has none; run `make testbin`")
-    return path
+    return Path(raw).expanduser() / "helm"
 
 
 def helm(*args: str, kubeconfig: Path | None = None, check: bool = True) -> subprocess.CompletedProcess:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helmchart import ROOT, find, render
+from helmchart import ROOT, find, helm_available, render
 
 pytestmark = pytest.mark.e2e  # renders with helm from the testbin
 
@@ -40,7 +40,8 @@ def expand(args: list[str], env: dict[str, str]) -> list[str]:
     return [re.sub(r"\$\((\w+)\)", lambda m: env.get(m[1], m[0]), a) for a in args]
 
 
-@pytest.mark.parametrize("name, container", containers(), ids=lambda x: x if isinstance(x, str) else "")
+# rendered at collection; without helm an empty set, which pytest reports as one skipped test (a failure in CI)
+@pytest.mark.parametrize("name, container", containers() if helm_available() else [], ids=lambda x: x if isinstance(x, str) else "")
 def test_rendered_command_starts_and_prints_help(name, container):
     env = {"NODE_NAME": "node-1", "POD_NAME": "fgpu-operator-abc"}
     program = container["command"][0] if container["command"][0] != "/bin/sh" else container["command"][2]
