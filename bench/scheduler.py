@@ -71,6 +71,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -193,6 +194,17 @@ def percent(text: str) -> int:
     return value
 
 
+def operator_python(text: str) -> Path:
+    """An interpreter beside an executable `fgpu` script (how a venv installs it)."""
+    path = Path(text).expanduser().absolute()
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an executable file (allowed: a venv's bin/python)")
+    if not os.access(path.with_name("fgpu"), os.X_OK):
+        raise argparse.ArgumentTypeError(f"{text!r} has no executable fgpu beside it (allowed: the python of a venv "
+                                         "with fgpu installed)")
+    return path
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true",
@@ -220,6 +232,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "bench/helpers/null_binder.py, which binds without deciding, the floor under any scheduler here)")
     ap.add_argument("--fgpu-args", default="", help="more arguments for `fgpu operator`, space-separated "
                                                     "(e.g. '--binds-in-flight 256')")
+    ap.add_argument("--operator-python", type=operator_python,
+                    help="run the operator on this interpreter (a venv's python with fgpu installed: its `fgpu` "
+                         "script); the pod creator stays on the bench's own, so an A/B of interpreters changes only "
+                         "the operator (default: the bench's own)")
     ap.add_argument("--keep-logs", action="store_true", help="keep the control plane's and operator's logs")
     ap.add_argument("--node-heartbeat", choices=("status", "lease"), default="status",
                     help="KWOK's node heartbeat: status (KWOK's default stage, node status patched every 20-45 s) or "
@@ -511,8 +527,9 @@ class Bench:
                      *self.args.fgpu_args.split()]
             if webhook:
                 extra += ["--webhook-port", str(free_port()), "--webhook-host", "127.0.0.1", "--manage-webhook-config"]
+            program = {"program": str(self.args.operator_python.with_name("fgpu"))} if self.args.operator_python else {}
             self.operator = start_operator(self.plane, self.workdir, *extra, policy=self.args.policy,
-                                           log_name=f"operator-{self.serial}.log")
+                                           log_name=f"operator-{self.serial}.log", **program)
             pid = self.operator.pid
             if webhook:
                 from kubernetes import client
@@ -930,7 +947,7 @@ def plot(rows: list[dict], path: Path) -> str:
     return f"plot: {path}"
 
 
-def machine() -> dict:
+def machine(operator_python: Path | None) -> dict:
     rev = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True, text=True)
     dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "operator"], capture_output=True,
                            text=True)
@@ -939,18 +956,24 @@ def machine() -> dict:
     return {"cpus": os.cpu_count(), "cpu_model": cpu.get("model name", "?"), "cpu_mhz": cpu.get("cpu MHz", "?"),
             "loadavg": os.getloadavg(), "git": rev.stdout.strip(),
             "operator_changes": dirty.stdout.split("\n")[:-1],
-            "python": platform.python_version(),  # the operator's and the pod creator's (this venv's)
-            "python_build": python_build()}
+            "python": platform.python_version(),  # the pod creator's (this venv's), and the operator's unless...
+            "python_build": python_build(sysconfig.get_config_var("CONFIG_ARGS") or ""),
+            **({"operator_python": str(operator_python), **interpreter(operator_python)} if operator_python else {})}
 
 
-def python_build() -> str:
-    """What this interpreter's configure line asked for: "PGO+LTO" as the operator image's CPython does (`make
+def interpreter(python: Path) -> dict:
+    """Another interpreter's version and build, as `machine()` records this one's."""
+    probe = "import platform, sysconfig; print(platform.python_version()); print(sysconfig.get_config_var('CONFIG_ARGS') or '')"
+    out = subprocess.run([str(python), "-I", "-c", probe], capture_output=True, text=True, check=True).stdout
+    version, _, config = out.partition("\n")
+    return {"operator_python_version": version, "operator_python_build": python_build(config)}
+
+
+def python_build(config_args: str) -> str:
+    """What an interpreter's configure line asked for: "PGO+LTO" as the operator image's CPython does (`make
     python-pgo`), one of the two, or "no PGO/LTO" (pyenv's default; a distribution may optimise by other means that
     its configure line does not show). It sets much of the operator's CPU per pod."""
-    import sysconfig
-
-    args = sysconfig.get_config_var("CONFIG_ARGS") or ""
-    have = [name for flag, name in (("--enable-optimizations", "PGO"), ("--with-lto", "LTO")) if flag in args]
+    have = [name for flag, name in (("--enable-optimizations", "PGO"), ("--with-lto", "LTO")) if flag in config_args]
     return "+".join(have) if have else "no PGO/LTO"
 
 
@@ -991,9 +1014,11 @@ def main() -> int:
     from devcluster.kubeplane import ControlPlane, find_testbin
 
     began = time.perf_counter()
-    info = machine()
+    info = machine(args.operator_python)
+    operator = (f", operator on {args.operator_python}: Python {info['operator_python_version']} "
+                f"({info['operator_python_build']})" if args.operator_python else "")
     log(f"{info['cpus']} CPUs ({info['cpu_model']}, {info['cpu_mhz']} MHz), load average {' '.join(f'{x:.2f}' for x in info['loadavg'])}, git {info['git']}, "
-        f"Python {info['python']} ({info['python_build']})")
+        f"Python {info['python']} ({info['python_build']}){operator}")
     workdir = Path(tempfile.mkdtemp(prefix="fgpu-bench-sched-"))
     plane = ControlPlane(find_testbin(os.environ.get("FGPU_TESTBIN")), workdir / "plane", workdir / "etcd")
     bench = Bench(plane, workdir, args)

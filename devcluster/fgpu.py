@@ -96,12 +96,12 @@ def _with_key(kubeconfig: Path, extra: tuple[str, ...]) -> list[str]:
 
 def start_operator(kubeconfig: Path, log_path: Path, *extra: str, leader_elect: bool = False,
                    policy: str = "binpack", ready: str = "fgpu scheduler started", detach: bool = False,
-                   timeout: float = 60) -> subprocess.Popen:
+                   timeout: float = 60, program: str = FGPU) -> subprocess.Popen:
     """`fgpu operator` against `kubeconfig`; returns once its log shows `ready` (the model is synced), else
     raises ComponentError with the log's tail. Its temporary files (the self-signed webhook certificate) go
     beside its log, so one killed mid-test leaves nothing behind in /tmp."""
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), "TMPDIR": str(Path(log_path).resolve().parent)}
-    argv = [FGPU, "operator", "--policy", policy, *([] if leader_elect else ["--no-leader-elect"]),
+    argv = [program, "operator", "--policy", policy, *([] if leader_elect else ["--no-leader-elect"]),
             *_with_key(kubeconfig, extra)]
     proc = spawn(argv, log_path, env=env, detach=detach)
     deadline = time.monotonic() + timeout

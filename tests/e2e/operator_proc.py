@@ -36,12 +36,12 @@ def share_pod(name: str, milli: int, mem_gib: int = 0, exclude_uuids: tuple[str,
 
 
 def start_operator(k8s, tmp_path, *extra: str, leader_elect: bool = False, log_name: str = "operator.log",
-                   policy: str = "binpack", ready: str = "fgpu scheduler started"):
+                   policy: str = "binpack", ready: str = "fgpu scheduler started", program: str = fgpu.FGPU):
     """`fgpu operator` against the test cluster, its output in tmp_path/log_name; returns once the log shows
     `ready` (the model is synced), or fails the test with the log's tail."""
     try:
         return fgpu.start_operator(k8s.kubeconfig, tmp_path / log_name, *extra, leader_elect=leader_elect,
-                                   policy=policy, ready=ready)
+                                   policy=policy, ready=ready, program=program)
     except ComponentError as e:
         problem = str(e)
     pytest.fail(problem, pytrace=False)
