@@ -7,7 +7,7 @@
 # Build: `make image` (docker build -t fgpu:dev .), or without Docker `make image-nodocker` (buildah, with
 # PYTHON_IMAGE set to a local Debian bookworm base; hack/image-nodocker.sh). Both stages use the same pinned base, so the virtual
 # environment built in the first runs unchanged in the second (same interpreter path and libc).
-ARG PYTHON_IMAGE=python:3.12.10-slim-bookworm
+ARG PYTHON_IMAGE=python:3.12.12-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1

@@ -37,8 +37,20 @@ fi
 [[ $version =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "VERSION '$version' is not X.Y.Z"
 prefix="$FGPU_CACHE/python/$version-pgo"
 python="$prefix/bin/python${version%.*}"
-if [[ -x $python ]] && "$python" -I -c 'import ssl, ctypes, sqlite3' 2>/dev/null; then
-    echo "hack/python-pgo.sh: $version with PGO+LTO already built" >&2
+# The official image's build (docker-library/python, Debian bookworm), step by step: configure with PGO and LTO; C
+# flags from dpkg-buildflags (-O2, stack protector) plus frame pointers (kept since 2025 so that `perf` can walk
+# Python's stacks; they cost a little speed); the binaries stripped. Here an rpath stands for the image's
+# $ORIGIN/../lib. An install made by another recipe (before frame pointers, say) is rebuilt: the stamp says which.
+command -v dpkg-buildflags >/dev/null || die "no dpkg-buildflags (Debian's dpkg-dev): the image's C flags come from it"
+cflags="$(dpkg-buildflags --get CFLAGS) -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer"
+ldflags="$(dpkg-buildflags --get LDFLAGS) -Wl,--strip-all -Wl,-rpath,$prefix/lib"
+configure=(--prefix="$prefix" --build="$(dpkg-architecture --query DEB_BUILD_GNU_TYPE)"
+           --enable-loadable-sqlite-extensions --enable-optimizations --enable-option-checking=fatal
+           --enable-shared --with-lto --with-ensurepip)
+recipe="configure ${configure[*]}; EXTRA_CFLAGS=${cflags//$PWD/.}; LDFLAGS=$ldflags"
+stamp="$prefix/.fgpu-recipe"
+if [[ -x $python ]] && "$python" -I -c 'import ssl, ctypes, sqlite3' 2>/dev/null && [[ $(cat "$stamp" 2>/dev/null) == "$recipe" ]]; then
+    echo "hack/python-pgo.sh: $version built as the image's is (PGO+LTO) already" >&2
     echo "$python"
     exit 0
 fi
@@ -59,12 +71,12 @@ mv "$src.unzip/$MODULE@v$version+incompatible"/* "$src/" && rm -rf "$src.unzip"
 grep -rlI --null -m1 '^#!' "$src" | xargs -0 chmod +x
 cd "$src"
 echo "hack/python-pgo.sh: configure + make (PGO, LTO) + install into $prefix; log: $src/build.log" >&2
+rm -rf "$prefix"
 {
-    # The official image's flags (docker-library/python), with an rpath so the shared libpython is found.
-    ./configure --prefix="$prefix" --enable-optimizations --with-lto --enable-shared \
-        --enable-loadable-sqlite-extensions LDFLAGS="-Wl,-rpath,$prefix/lib"
-    make -j "$(nproc)"
-    make install
+    ./configure "${configure[@]}"
+    make -j "$(nproc)" "EXTRA_CFLAGS=$cflags" "LDFLAGS=$ldflags"
+    make install "EXTRA_CFLAGS=$cflags" "LDFLAGS=$ldflags"
 } >"$src/build.log" 2>&1 || die "the build failed: see $src/build.log"
 "$python" -I -c 'import ssl, ctypes, sqlite3' || die "$python lacks ssl/ctypes/sqlite3 (missing -dev packages?)"
+echo "$recipe" >"$stamp"
 echo "$python"
