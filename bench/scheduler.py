@@ -957,24 +957,27 @@ def machine(operator_python: Path | None) -> dict:
             "loadavg": os.getloadavg(), "git": rev.stdout.strip(),
             "operator_changes": dirty.stdout.split("\n")[:-1],
             "python": platform.python_version(),  # the pod creator's (this venv's), and the operator's unless...
-            "python_build": python_build(sysconfig.get_config_var("CONFIG_ARGS") or ""),
+            "python_build": python_build(sysconfig.get_config_var("CONFIG_ARGS") or "",
+                                         sysconfig.get_config_var("PY_CFLAGS") or ""),
             **({"operator_python": str(operator_python), **interpreter(operator_python)} if operator_python else {})}
 
 
 def interpreter(python: Path) -> dict:
     """Another interpreter's version and build, as `machine()` records this one's."""
-    probe = "import platform, sysconfig; print(platform.python_version()); print(sysconfig.get_config_var('CONFIG_ARGS') or '')"
+    probe = ("import platform, sysconfig; print(platform.python_version()); "
+             "print(*(sysconfig.get_config_var(v) or '' for v in ('CONFIG_ARGS', 'PY_CFLAGS')), sep='\\n')")
     out = subprocess.run([str(python), "-I", "-c", probe], capture_output=True, text=True, check=True).stdout
-    version, _, config = out.partition("\n")
-    return {"operator_python_version": version, "operator_python_build": python_build(config)}
+    version, config, cflags = (out.split("\n") + ["", ""])[:3]
+    return {"operator_python_version": version, "operator_python_build": python_build(config, cflags)}
 
 
-def python_build(config_args: str) -> str:
-    """What an interpreter's configure line asked for: "PGO+LTO" as the operator image's CPython does (`make
-    python-pgo`), one of the two, or "no PGO/LTO" (pyenv's default; a distribution may optimise by other means that
-    its configure line does not show). It sets much of the operator's CPU per pod."""
+def python_build(config_args: str, cflags: str = "") -> str:
+    """What an interpreter's configure line and C flags asked for: "PGO+LTO, frame pointers" as the operator image's
+    CPython (`make python-pgo`), "PGO+LTO" (faster than the image's), or "no PGO/LTO" (pyenv's default; a
+    distribution may optimise by other means that these do not show). It sets part of the operator's CPU per pod."""
     have = [name for flag, name in (("--enable-optimizations", "PGO"), ("--with-lto", "LTO")) if flag in config_args]
-    return "+".join(have) if have else "no PGO/LTO"
+    pointers = ", frame pointers" if "-fno-omit-frame-pointer" in cflags.split() else ""
+    return ("+".join(have) if have else "no PGO/LTO") + pointers
 
 
 # ---- main -----------------------------------------------------------------------------------------------------

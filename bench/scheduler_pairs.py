@@ -1,0 +1,134 @@
+"""Read a series of `bench/scheduler.py --out-json` files, each one fgpu run and one kube-scheduler run on one
+cluster, and say what the series says: pair by pair and per operator interpreter, fgpu's rate over kube-scheduler's
+as fast as the creator can, CPU per bound pod, and p99 at the offered rate. One pair decides little on a shared
+2-CPU machine (the same kube-scheduler binary ranged 1.5x over one hour), so the summary is the median, the lowest
+pair and the count at or above 1.0x.
+
+    python bench/scheduler_pairs.py [RUN.json...] [--plot docs/scheduler_pairs.png] [--out-json SUMMARY.json]
+
+A summary JSON (as --out-json writes) is read back too; with no files, the committed docs/scheduler_pairs.json (the
+README's series of 2026-11-28).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+SETTING = "500/1000"
+COMMITTED = Path(__file__).resolve().parents[1] / "docs" / "scheduler_pairs.json"
+
+
+def pair(path: Path) -> dict | None:
+    """One run file as a pair, or None when it lacks a fast run of both schedulers at SETTING."""
+    data = json.loads(path.read_text())
+    runs = {(r["scheduler"], r["mode"]): r for r in data["runs"] if r["setting"] == SETTING}
+    if ("fgpu", "fast") not in runs or ("kube-scheduler", "fast") not in runs:
+        return None
+    machine = data["machine"]
+    fgpu, kube = runs["fgpu", "fast"], runs["kube-scheduler", "fast"]
+    fgpu_rate, kube_rate = runs.get(("fgpu", "rate")), runs.get(("kube-scheduler", "rate"))
+    return {"run": path.stem, "interpreter": machine.get("operator_python_build", machine["python_build"]),
+            "first": data["runs"][0]["scheduler"],
+            "fgpu": fgpu["pods_per_s"], "kube": kube["pods_per_s"],
+            "fgpu_cpu_ms": fgpu["cpu_ms_per_pod"]["scheduler"], "kube_cpu_ms": kube["cpu_ms_per_pod"]["scheduler"],
+            "fgpu_p99": fgpu_rate["p99"] if fgpu_rate else None, "kube_p99": kube_rate["p99"] if kube_rate else None}
+
+
+def load(paths: list[Path]) -> list[dict]:
+    out = []
+    for path in paths:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as err:
+            sys.exit(f"{path}: not a readable JSON file ({err})")
+        if isinstance(data, dict) and "pairs" in data:
+            out += data["pairs"]
+        elif isinstance(data, dict) and "runs" in data and "machine" in data:
+            found = pair(path)
+            if found is None:
+                print(f"{path}: no fast run of both schedulers at {SETTING}; left out", file=sys.stderr)
+            else:
+                out.append(found)
+        else:
+            sys.exit(f"{path}: neither a bench/scheduler.py --out-json file nor a summary of this script")
+    if not out:
+        sys.exit("no pairs: give bench/scheduler.py --out-json files with fgpu and kube-scheduler at " + SETTING)
+    return out
+
+
+def summary(pairs: list[dict]) -> list[str]:
+    lines = ["| run | operator's interpreter | first | fgpu pods/s | kube pods/s | fgpu / kube | CPU ms/pod fgpu / kube "
+             "| p99 at offered rate, fgpu / kube |", "|---|---|---|---:|---:|---:|---|---|"]
+    for p in pairs:
+        p99 = f"{p['fgpu_p99']:.2f} / {p['kube_p99']:.2f} s" if p["fgpu_p99"] is not None else ""
+        lines.append(f"| {p['run']} | {p['interpreter']} | {p['first']} | {p['fgpu']:.1f} | {p['kube']:.1f} | "
+                     f"{p['fgpu'] / p['kube']:.2f}x | {p['fgpu_cpu_ms']:.2f} / {p['kube_cpu_ms']:.2f} | {p99} |")
+    lines.append("")
+    for build in sorted({p["interpreter"] for p in pairs}):
+        mine = [p for p in pairs if p["interpreter"] == build]
+        ratios = [p["fgpu"] / p["kube"] for p in mine]
+        cheaper = sum(p["fgpu_cpu_ms"] < p["kube_cpu_ms"] for p in mine)
+        p99s = [p["fgpu_p99"] for p in mine if p["fgpu_p99"] is not None]
+        lines.append(f"{build}: {len(mine)} pairs, fgpu / kube median {statistics.median(ratios):.2f}x, lowest "
+                     f"{min(ratios):.2f}x, highest {max(ratios):.2f}x, at or above 1.0x in {sum(r >= 1 for r in ratios)}; "
+                     f"means {statistics.mean(p['fgpu'] for p in mine):.1f} against "
+                     f"{statistics.mean(p['kube'] for p in mine):.1f} pods/s; fgpu's CPU per pod lower in {cheaper} of "
+                     f"{len(mine)}" + (f"; fgpu p99 under 1 s in {sum(x < 1 for x in p99s)} of {len(p99s)}" if p99s else ""))
+    return lines
+
+
+def plot(pairs: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    builds = sorted({p["interpreter"] for p in pairs})
+    colours = dict(zip(builds, ("tab:blue", "tab:orange", "tab:green", "tab:red"), strict=False))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for i, p in enumerate(pairs):
+        c = colours.get(p["interpreter"], "grey")
+        left.bar(i, p["fgpu"] / p["kube"], color=c, hatch="//" if p["first"] != "fgpu" else None, edgecolor="white")
+        right.scatter(p["kube_cpu_ms"], p["fgpu_cpu_ms"], color=c)
+    left.axhline(1.0, color="black", lw=0.8)
+    left.set_xticks(range(len(pairs)), [p["run"] for p in pairs], rotation=60, fontsize=7)
+    left.set_ylabel(f"fgpu / kube-scheduler pods/s ({SETTING}, fast)")
+    left.set_title("each run (hatched: kube-scheduler ran first)", fontsize=9)
+    for build, c in colours.items():
+        left.bar(0, 0, color=c, label=f"operator on {build}")
+    left.legend(fontsize=7, loc="upper right")
+    top = max(max(p["fgpu_cpu_ms"], p["kube_cpu_ms"]) for p in pairs) * 1.1
+    right.plot([0, top], [0, top], color="black", lw=0.8, label="equal CPU per pod")
+    right.set_xlim(0, top)
+    right.set_ylim(0, top)
+    right.set_xlabel("kube-scheduler CPU per bound pod (ms)")
+    right.set_ylabel("fgpu operator CPU per bound pod (ms)")
+    right.set_title("below the line: fgpu cheaper", fontsize=9)
+    right.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("files", nargs="*", type=Path, default=[COMMITTED],
+                    help="bench/scheduler.py --out-json files, or a summary (default: docs/scheduler_pairs.json)")
+    ap.add_argument("--plot", type=Path, help="write a PNG: the ratio per run, and CPU per pod fgpu against kube")
+    ap.add_argument("--out-json", type=Path, help="write the pairs as a summary JSON (small; this script reads it)")
+    args = ap.parse_args(argv)
+    pairs = load(args.files)
+    print("\n".join(summary(pairs)))
+    if args.plot:
+        plot(pairs, args.plot)
+        print(f"plot: {args.plot}")
+    if args.out_json:
+        args.out_json.write_text(json.dumps({"setting": SETTING, "pairs": pairs}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

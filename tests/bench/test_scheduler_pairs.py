@@ -1,0 +1,53 @@
+"""bench/scheduler_pairs.py: a series of bench runs summed up from their JSON, and bad files refused in one line."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "bench" / "scheduler_pairs.py"
+
+
+def run_file(tmp_path: Path, name: str, first: str, fgpu: float, kube: float, cpu: tuple[float, float]) -> Path:
+    def run(scheduler, mode, rate, ms, p99):
+        return {"scheduler": scheduler, "mode": mode, "setting": "500/1000", "pods_per_s": rate, "p99": p99,
+                "cpu_ms_per_pod": {"scheduler": ms}}
+    runs = [run("fgpu", "fast", fgpu, cpu[0], 5.0), run("fgpu", "rate", 99.9, 4.0, 0.5),
+            run("kube-scheduler", "fast", kube, cpu[1], 6.0), run("kube-scheduler", "rate", 99.8, 5.0, 1.2)]
+    if first != "fgpu":
+        runs = runs[2:] + runs[:2]
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps({"machine": {"python_build": "no PGO/LTO"}, "runs": runs}))
+    return path
+
+
+def summarise(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=120)
+
+
+def test_median_lowest_and_counts_come_from_the_pairs_and_a_summary_reads_back_the_same(tmp_path):
+    files = [run_file(tmp_path, "a", "fgpu", 180.0, 200.0, (3.0, 3.5)), run_file(tmp_path, "b", "kube", 220.0, 200.0, (2.5, 4.0)),
+             run_file(tmp_path, "c", "fgpu", 210.0, 200.0, (3.6, 3.4))]
+    first = summarise(*files, "--out-json", tmp_path / "s.json", "--plot", tmp_path / "s.png")
+    assert first.returncode == 0, first.stderr
+    line = first.stdout.strip().splitlines()[-2]  # the last line names the plot
+    assert "3 pairs, fgpu / kube median 1.05x, lowest 0.90x, highest 1.10x, at or above 1.0x in 2" in line
+    assert "fgpu's CPU per pod lower in 2 of 3; fgpu p99 under 1 s in 3 of 3" in line
+    assert (tmp_path / "s.png").stat().st_size > 0
+    again = summarise(tmp_path / "s.json")
+    assert again.returncode == 0 and again.stdout.strip() == first.stdout.strip().rsplit("\n", 1)[0].strip()
+
+
+def test_the_committed_series_is_what_the_readme_reports():
+    out = summarise()
+    assert out.returncode == 0, out.stderr
+    assert "9 pairs, fgpu / kube median 1.08x, lowest 0.83x" in out.stdout
+
+
+def test_a_file_that_is_not_a_bench_result_gets_one_line_and_exit_1(tmp_path):
+    for text in ("not json", json.dumps({"x": 1})):
+        bad = tmp_path / "bad.json"
+        bad.write_text(text)
+        out = summarise(bad)
+        assert out.returncode == 1 and out.stdout == ""
+        assert len(out.stderr.strip().splitlines()) == 1 and str(bad) in out.stderr and "Traceback" not in out.stderr
