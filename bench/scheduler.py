@@ -65,13 +65,11 @@ import functools
 import itertools
 import json
 import os
-import platform
 import shutil
 import signal
 import statistics
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import threading
 import time
@@ -953,25 +951,26 @@ def machine(operator_python: Path | None) -> dict:
                            text=True)
     cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     cpu = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in cpuinfo.splitlines()) if v}
-    return {"cpus": os.cpu_count(), "cpu_model": cpu.get("model name", "?"), "cpu_mhz": cpu.get("cpu MHz", "?"),
-            "loadavg": os.getloadavg(), "git": rev.stdout.strip(),
-            "operator_changes": dirty.stdout.split("\n")[:-1],
-            "python": platform.python_version(),  # the pod creator's (this venv's), and the operator's unless...
-            "python_build": python_build(sysconfig.get_config_var("CONFIG_ARGS") or "",
-                                         sysconfig.get_config_var("PY_CFLAGS") or ""),
-            **({"operator_python": str(operator_python), **interpreter(operator_python)} if operator_python else {})}
+    python, build = interpreter(Path(sys.executable))  # the pod creator's, and the operator's unless operator_python
+    out = {"cpus": os.cpu_count(), "cpu_model": cpu.get("model name", "?"), "cpu_mhz": cpu.get("cpu MHz", "?"),
+           "loadavg": os.getloadavg(), "git": rev.stdout.strip(), "operator_changes": dirty.stdout.split("\n")[:-1],
+           "python": python, "python_build": build}
+    if operator_python:
+        version, build = interpreter(operator_python)
+        out.update(operator_python=str(operator_python), operator_python_version=version, operator_python_build=build)
+    return out
 
 
-def interpreter(python: Path) -> dict:
-    """Another interpreter's version and build, as `machine()` records this one's."""
+def interpreter(python: Path) -> tuple[str, str]:
+    """An interpreter's version and build (`python_build`), asked of the interpreter itself."""
     probe = ("import platform, sysconfig; print(platform.python_version()); "
              "print(*(sysconfig.get_config_var(v) or '' for v in ('CONFIG_ARGS', 'PY_CFLAGS')), sep='\\n')")
     out = subprocess.run([str(python), "-I", "-c", probe], capture_output=True, text=True, check=True).stdout
     version, config, cflags = (out.split("\n") + ["", ""])[:3]
-    return {"operator_python_version": version, "operator_python_build": python_build(config, cflags)}
+    return version, python_build(config, cflags)
 
 
-def python_build(config_args: str, cflags: str = "") -> str:
+def python_build(config_args: str, cflags: str) -> str:
     """What an interpreter's configure line and C flags asked for: "PGO+LTO, frame pointers" as the operator image's
     CPython (`make python-pgo`), "PGO+LTO" (faster than the image's), or "no PGO/LTO" (pyenv's default; a
     distribution may optimise by other means that these do not show). It sets part of the operator's CPU per pod."""

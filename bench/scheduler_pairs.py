@@ -21,16 +21,15 @@ SETTING = "500/1000"
 COMMITTED = Path(__file__).resolve().parents[1] / "docs" / "scheduler_pairs.json"
 
 
-def pair(path: Path) -> dict | None:
-    """One run file as a pair, or None when it lacks a fast run of both schedulers at SETTING."""
-    data = json.loads(path.read_text())
+def pair(name: str, data: dict) -> dict | None:
+    """One run file's contents as a pair, or None when it lacks a fast run of both schedulers at SETTING."""
     runs = {(r["scheduler"], r["mode"]): r for r in data["runs"] if r["setting"] == SETTING}
     if ("fgpu", "fast") not in runs or ("kube-scheduler", "fast") not in runs:
         return None
     machine = data["machine"]
     fgpu, kube = runs["fgpu", "fast"], runs["kube-scheduler", "fast"]
     fgpu_rate, kube_rate = runs.get(("fgpu", "rate")), runs.get(("kube-scheduler", "rate"))
-    return {"run": path.stem, "interpreter": machine.get("operator_python_build", machine["python_build"]),
+    return {"run": name, "interpreter": machine.get("operator_python_build", machine["python_build"]),
             "first": data["runs"][0]["scheduler"],
             "fgpu": fgpu["pods_per_s"], "kube": kube["pods_per_s"],
             "fgpu_cpu_ms": fgpu["cpu_ms_per_pod"]["scheduler"], "kube_cpu_ms": kube["cpu_ms_per_pod"]["scheduler"],
@@ -47,7 +46,7 @@ def load(paths: list[Path]) -> list[dict]:
         if isinstance(data, dict) and "pairs" in data:
             out += data["pairs"]
         elif isinstance(data, dict) and "runs" in data and "machine" in data:
-            found = pair(path)
+            found = pair(path.stem, data)
             if found is None:
                 print(f"{path}: no fast run of both schedulers at {SETTING}; left out", file=sys.stderr)
             else:
@@ -85,6 +84,7 @@ def plot(pairs: list[dict], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
 
     builds = sorted({p["interpreter"] for p in pairs})
     colours = dict(zip(builds, ("tab:blue", "tab:orange", "tab:green", "tab:red"), strict=False))
@@ -97,9 +97,8 @@ def plot(pairs: list[dict], path: Path) -> None:
     left.set_xticks(range(len(pairs)), [p["run"] for p in pairs], rotation=60, fontsize=7)
     left.set_ylabel(f"fgpu / kube-scheduler pods/s ({SETTING}, fast)")
     left.set_title("each run (hatched: kube-scheduler ran first)", fontsize=9)
-    for build, c in colours.items():
-        left.bar(0, 0, color=c, label=f"operator on {build}")
-    left.legend(fontsize=7, loc="upper right")
+    left.legend(handles=[Patch(color=c, label=f"operator on {build}") for build, c in colours.items()], fontsize=7,
+                loc="upper right")
     top = max(max(p["fgpu_cpu_ms"], p["kube_cpu_ms"]) for p in pairs) * 1.1
     right.plot([0, top], [0, top], color="black", lw=0.8, label="equal CPU per pod")
     right.set_xlim(0, top)

@@ -17,17 +17,22 @@ VALUES = ROOT / "deploy" / "values"
 EXAMPLE_VALUES = sorted(VALUES.glob("*.yaml"))
 
 
-def helm_available() -> bool:
+def _helm_path() -> Path | None:
     raw = os.environ.get("FGPU_TESTBIN")
-    return bool(raw) and os.access(Path(raw).expanduser() / "helm", os.X_OK)
+    path = Path(raw).expanduser() / "helm" if raw else None
+    return path if path is not None and os.access(path, os.X_OK) else None
+
+
+def helm_available() -> bool:
+    return _helm_path() is not None
 
 
 def helm_binary() -> Path:
     """helm from FGPU_TESTBIN; skip (or, with FGPU_REQUIRE_E2E=1, fail: tests/conftest.py) without it."""
-    raw = os.environ.get("FGPU_TESTBIN")
-    if not helm_available():
-        pytest.skip(f"no helm: FGPU_TESTBIN={raw or '(unset)'} has none; run `make testbin`")
-    return Path(raw).expanduser() / "helm"
+    path = _helm_path()
+    if path is None:
+        pytest.skip(f"no helm: FGPU_TESTBIN={os.environ.get('FGPU_TESTBIN') or '(unset)'} has none; run `make testbin`")
+    return path
 
 
 def helm(*args: str, kubeconfig: Path | None = None, check: bool = True) -> subprocess.CompletedProcess:
