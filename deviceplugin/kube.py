@@ -102,6 +102,7 @@ class KubePods:
             self._pods = {p.uid: p for p in views if p.admissible}
             self._rv = doc.get("metadata", {}).get("resourceVersion", "")
             self._synced = True
+        log.debug("pod list: %d pending on %s at resourceVersion %s", len(self._pods), self.node, self._rv)
 
     def pending_pods(self, node: str, fresh: bool = False) -> list[PodView]:
         if fresh or not self._synced:
@@ -144,6 +145,7 @@ class KubePods:
             else:
                 self._pods[pod.uid] = pod
             self._rv = obj.get("metadata", {}).get("resourceVersion", self._rv)
+        log.debug("pod watch: %s %s/%s at resourceVersion %s", kind, pod.namespace, pod.name, pod.version)
 
     def _watch_loop(self) -> None:
         while not self._stop.is_set():

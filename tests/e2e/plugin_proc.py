@@ -20,13 +20,15 @@ from simgpu.nodeconfig import parse_node_config  # noqa: E402
 
 @contextlib.contextmanager
 def running_plugin(k8s, node: str, config: str, secret: bytes, labels: dict[str, str] | None = None,
-                   args: tuple[str, ...] = ()) -> Iterator[tuple[object, StubKubelet, object]]:
+                   args: tuple[str, ...] = (), log_file: Path | None = None
+                   ) -> Iterator[tuple[object, StubKubelet, object]]:
     """Create Node `node` (with `labels`), start the stub kubelet and `fgpu-device-plugin` for it with the
-    simgpu node config `config` (and more command-line `args`); yield (CoreV1Api, kubelet, parsed config);
-    stop both and delete the node."""
+    simgpu node config `config` (and more command-line `args`), its output going to `log_file` (which a test
+    may read while it runs); yield (CoreV1Api, kubelet, parsed config); stop both and delete the node."""
     from kubernetes import client
 
     workdir = tempfile.mkdtemp(prefix="dpe", dir="/tmp")  # short: unix socket paths are limited to 108 bytes
+    log_path = log_file or Path(workdir) / "plugin.log"
     (Path(workdir) / "secret").write_bytes(secret)
     cfg_path = Path(workdir) / "node.yaml"
     cfg_path.write_text(config + f"tokenSecretFile: {workdir}/secret\n")
@@ -35,20 +37,21 @@ def running_plugin(k8s, node: str, config: str, secret: bytes, labels: dict[str,
         core.create_node({"metadata": {"name": node, "labels": labels or {}}})
         kubelet = StubKubelet(workdir)
         kubelet.start()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "deviceplugin.cli", "--config", str(cfg_path), "--node-name", node,
-             "--device-plugin-path", workdir, "--kubeconfig", k8s.kubeconfig, "--daemon-socket",
-             "/run/fgpu/daemon.sock", *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "deviceplugin.cli", "--config", str(cfg_path), "--node-name", node,
+                 "--device-plugin-path", workdir, "--kubeconfig", k8s.kubeconfig, "--daemon-socket",
+                 "/run/fgpu/daemon.sock", *args], cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
         try:
             yield core, kubelet, parse_node_config(yaml.safe_load(config))
         finally:
             proc.terminate()
             try:
-                out = proc.communicate(timeout=10)[0]
+                proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
-                out = proc.communicate()[0]
+                proc.wait()
             kubelet.stop()
             core.delete_node(node)
+            print(log_path.read_text()[-3000:])
             shutil.rmtree(workdir, ignore_errors=True)
-            print(out[-3000:])

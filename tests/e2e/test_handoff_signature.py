@@ -2,11 +2,13 @@
 (a real process, with the same key file devcluster gives both) hands a container only what verifies. A pod
 whose assignment is edited after binding, with no admission webhook in the path, gets nothing it was not
 given: while the operator runs, its Allocate is refused or (the guard having written the original back first)
-answered with exactly the original; with the operator down nothing writes it back, so Allocate is refused, and
-the operator, restarted, does not take the forged assignment at its word."""
+answered with exactly the original; with the operator down nothing writes it back, so Allocate (once the
+plugin's pod watch shows the edit) is refused, and the operator, restarted, does not take the forged assignment
+at its word."""
 from __future__ import annotations
 
 import json
+import re
 
 import grpc
 import pytest
@@ -29,8 +31,16 @@ GIB = 1 << 30
 def test_a_forged_assignment_is_never_handed_out(k8s, namespace, tmp_path):
     key_file = fgpu.handoff_key_file(k8s.kubeconfig)  # the one start_operator gives the operator
     key = load_key(str(key_file))
-    with running_plugin(k8s, NODE, CONFIG, SECRET, labels={"fgpu-e2e": "signed"},
-                        args=("--handoff-key-file", str(key_file))) as (core, kubelet, _cfg):
+    plugin_log = tmp_path / "plugin.log"
+
+    def plugin_saw(version: int) -> bool:
+        """The plugin's pod cache (its watch or a list, logged at DEBUG) has reached resourceVersion `version`."""
+        seen = [int(v) for v in re.findall(r"at resourceVersion (\d+)", plugin_log.read_text())]
+        return bool(seen) and max(seen) >= version
+
+    with running_plugin(k8s, NODE, CONFIG, SECRET, labels={"fgpu-e2e": "signed"}, log_file=plugin_log,
+                        args=("--handoff-key-file", str(key_file), "--log-level", "DEBUG")) as (
+            core, kubelet, _cfg):
         wait_for(lambda: keys.INVENTORY in (core.read_node(NODE).metadata.annotations or {}), 30,
                  "the plugin to publish the inventory")
         slots = kubelet.wait_devices("nvidia.com/gpu", lambda d: len(d) == 8, timeout=20)
@@ -57,8 +67,9 @@ def test_a_forged_assignment_is_never_handed_out(k8s, namespace, tmp_path):
         def grow(name, given):
             forged = json.loads(given[keys.ASSIGNMENT])
             forged["containers"][0]["devices"][0].update(milliGpu=1000, memBytes=80 * GIB, smPct=100)
-            core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": {
+            edited = core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": {
                 keys.ASSIGNMENT: json.dumps(forged)}}})
+            return int(edited.metadata.resource_version)
 
         operator = start_operator(k8s, tmp_path)  # no --webhook-port: nothing refuses the edit at admission
         try:
@@ -81,7 +92,10 @@ def test_a_forged_assignment_is_never_handed_out(k8s, namespace, tmp_path):
         finally:
             stop(operator)
 
-        grow("second", second)  # no operator: nothing writes it back
+        version = grow("second", second)  # no operator: nothing writes it back
+        # Allocate reads the plugin's watch cache: until the edit reaches it, the signed original is what it
+        # would hand out (harmless, and the race the first pod covers); the refusal needs the edit seen
+        wait_for(lambda: plugin_saw(version), what=f"the plugin's pod watch to reach resourceVersion {version}")
         with pytest.raises(grpc.RpcError) as err:
             allocate(slots[1])
         assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
