@@ -602,16 +602,21 @@ class Bench:
         log(f"  -> {row['bound']}/{pods} bound, {row['pods_per_s']:.1f} pods/s, p50 {row['p50']:.2f} s, "
             f"p99 {row['p99']:.2f} s, created {row['created_per_s']:.0f}/s, RSS {hwm:.0f} MB peak")
         start = time.perf_counter()
+        # the bench's DELETE of each pod, and (KWOK's pod stages on) KWOK's own after it
+        expect = apiserver_writes(self.plane).get("DELETE pods", 0.0) + len(bodies) * (
+            1 if self.args.no_pod_stages else 2)
         asyncio.run(delete_pods(self.creds, namespace, [b["metadata"]["name"] for b in bodies]))
         deleted = time.perf_counter()
         if scheduler == "fgpu":  # its own word that every deletion was taken in: nothing allocated
             released(self.metrics_port)
             row["events_dropped"] = (operator_value(self.metrics_port, dropped) or 0.0) - dropped0
         busy = settle(pid)
-        kwok = deletes_settled(self.plane)
-        row.update(delete_s=deleted - start, busy_after_delete_s=busy, kwok_deletes_after_s=kwok)
+        kwok, missing = deletes_settled(self.plane, expect)
+        row.update(delete_s=deleted - start, busy_after_delete_s=busy, kwok_deletes_after_s=kwok,
+                   kwok_deletes_missing=missing)
         log(f"  pods deleted in {deleted - start:.1f} s; the scheduler was busy {busy:.1f} s more taking that in, "
-            f"KWOK's own pod deletions ended {kwok:.1f} s after that")
+            f"KWOK's own pod deletions ended {kwok:.1f} s after that"
+            + (f" ({missing:.0f} of them never came)" if missing else ""))
         return row
 
 
@@ -701,12 +706,15 @@ def settle(pid: int, idle: float = 0.35, step: float = 2.0, limit: float = 300.0
     return max(0.0, time.perf_counter() - start - step)
 
 
-def deletes_settled(plane, quiet: float = 5.0, step: float = 1.0, limit: float = 300.0) -> float:
-    """Wait until the apiserver has served no pod DELETE for `quiet` s; the seconds that took, up to `limit`.
-    KWOK's pod-delete stage answers every deleted pod with a DELETE of its own (a 404 by then: the bench deleted it
-    with grace 0), and a CPU-starved KWOK sends them late: 4,000 for a 4,000-pod run (apiserver audit log,
-    2026-11-27), and in the full run before this wait 0.24-0.72 pod DELETEs per bound pod fell inside the next
-    run, taking the apiserver's and KWOK's CPU from that run's scheduler."""
+def deletes_settled(plane, expect: float, quiet: float = 2.0, give_up: float = 60.0, step: float = 1.0,
+                    limit: float = 300.0) -> tuple[float, float]:
+    """Wait until the apiserver's count of pod DELETEs it served reaches `expect` and then stays still for `quiet`
+    s (or stays still for `give_up` s short of it, or `limit` s pass); (the seconds until the last DELETE seen, how
+    many of those expected never came). KWOK's pod-delete stage answers every pod the bench deletes with a DELETE of
+    its own (a 404 by then: the bench deleted it with grace 0), and a CPU-starved KWOK sends them late: 4,000 for a
+    4,000-pod run (apiserver audit log, 2026-11-27). Waiting only for a quiet spell let a KWOK that had not started
+    yet go unnoticed: on 2026-11-28 up to 1.0 of them per bound pod fell inside the next run, taking the apiserver's
+    and KWOK's CPU from that run's scheduler; so the wait counts them in."""
     start = last_change = time.perf_counter()
     count = apiserver_writes(plane).get("DELETE pods", 0.0)
     while time.perf_counter() - start < limit:
@@ -714,9 +722,10 @@ def deletes_settled(plane, quiet: float = 5.0, step: float = 1.0, limit: float =
         now = apiserver_writes(plane).get("DELETE pods", 0.0)
         if now != count:
             count, last_change = now, time.perf_counter()
-        elif time.perf_counter() - last_change >= quiet:
+        still = time.perf_counter() - last_change
+        if (count >= expect and still >= quiet) or still >= give_up:
             break
-    return max(0.0, last_change - start)
+    return max(0.0, last_change - start), max(0.0, expect - count)
 
 
 WRITE_VERBS = ("POST", "PUT", "PATCH", "APPLY", "DELETE")
