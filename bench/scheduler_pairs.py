@@ -28,18 +28,19 @@ COMMITTED = Path(__file__).resolve().parents[1] / "docs" / "scheduler_pairs.json
 def pairs(name: str, data: dict) -> list[dict]:
     """One run file's fast runs of both schedulers at SETTING as pairs, one per repeat (none when it lacks them)."""
     out = []
+    machine = data["machine"]
+    interpreter = machine.get("operator_python_build", machine["python_build"])
     repeats = sorted({r.get("repeat", 0) for r in data["runs"]})
     for repeat in repeats:
         mine = [r for r in data["runs"] if r["setting"] == SETTING and r.get("repeat", 0) == repeat]
         runs = {(r["scheduler"], r["mode"]): r for r in mine}
         if ("fgpu", "fast") not in runs or ("kube-scheduler", "fast") not in runs:
             continue
-        machine = data["machine"]
         fgpu, kube = runs["fgpu", "fast"], runs["kube-scheduler", "fast"]
         fgpu_rate, kube_rate = runs.get(("fgpu", "rate")), runs.get(("kube-scheduler", "rate"))
         out.append({
             "run": name if len(repeats) == 1 else f"{name}#{repeat + 1}",
-            "interpreter": machine.get("operator_python_build", machine["python_build"]),
+            "interpreter": interpreter,
             "first": mine[0]["scheduler"],
             "fgpu": fgpu["pods_per_s"], "kube": kube["pods_per_s"],
             "fgpu_cpu_ms": fgpu["cpu_ms_per_pod"]["scheduler"], "kube_cpu_ms": kube["cpu_ms_per_pod"]["scheduler"],
