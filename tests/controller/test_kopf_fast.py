@@ -9,7 +9,7 @@ import pytest
 #: Kopf's own processing of one watch event (`process_resource_event`, the function its per-object workers call),
 #: with an on.event handler that records every keyword argument it is given, and lookups through Kopf's views.
 PROBE = r"""
-import asyncio, functools, json, kopf
+import asyncio, functools, json, kopf, logging
 from kopf._core.actions import lifecycles
 from kopf._core.engines import indexing
 from kopf._core.intents import registries
@@ -36,9 +36,42 @@ process = functools.partial(processing.process_resource_event, lifecycle=lifecyc
                             memories=inventory.ResourceMemories(), memobase=kopf.Memo(),
                             event_queue=asyncio.Queue(), resource=resource)
 
+# A failing handler (its error logged and ignored), and a resource with an index as well (Kopf's own path).
+@kopf.on.event("", "v1", "nodes", registry=registry)
+async def failing(**_):
+    raise ValueError("boom")
+
+@kopf.index("", "v1", "configmaps", registry=registry)
+def by_name(name, **_):
+    return {"names": name}
+
+@kopf.on.event("", "v1", "configmaps", registry=registry)
+async def indexed(name, by_name, **_):
+    seen.append({"indexed": name, "index": list(by_name["names"])})
+
+class Records(logging.Handler):
+    def emit(self, record):
+        logged.append([record.levelname, record.getMessage(), record.exc_info is not None])
+logged = []
+logging.getLogger("kopf.objects").addHandler(Records())
+logging.getLogger("kopf.objects").setLevel(logging.DEBUG)
+indexers = indexing.OperatorIndexers()
+indexers.ensure(registry._indexing.get_all_handlers())
+
+detected = []  # the resources whose events went through Kopf's cause detection (its full path)
+_detect = processing._detect_causes
+processing._detect_causes = lambda **kw: detected.append(kw["resource"].plural) or _detect(**kw)
+
 async def main():
+    common = dict(lifecycle=lifecycles.all_at_once, registry=registry, settings=settings, indexers=indexers,
+                  memories=inventory.ResourceMemories(), memobase=kopf.Memo(), event_queue=asyncio.Queue())
     for kind in ("ADDED", "MODIFIED", "DELETED"):
         await process(raw_event={"type": kind, "object": json.loads(json.dumps(pod))})
+    for plural, kind in (("nodes", "Node"), ("configmaps", "ConfigMap")):
+        other = references.Resource(group="", version="v1", plural=plural, kind=kind, namespaced=kind != "Node")
+        body = {"metadata": {"name": "o", "namespace": "ns", "uid": "u2"}}
+        await processing.process_resource_event(resource=other, raw_event={"type": "ADDED", "object": body},
+                                                **common)
 asyncio.run(main())
 view = dicts.MappingView({"a": {"b": {"c": 1}}, "s": "text"}, "a")
 lookups = [view["b"], dict(view), view.get("missing", "default"), bodies.Body(pod).metadata.labels["a"]]
@@ -50,7 +83,7 @@ for probe in (lambda: view["missing"], lambda: dicts.MappingView({"a": "text"}, 
     except Exception as e:
         errors.append([type(e).__name__, str(e)])
 line = b'{"type":"ADDED","object":{"metadata":{"name":"p","n":9223372036854775807,"m":-9223372036854775808,"f":1.5,"u":"\\u00e9"}}}'
-print(json.dumps({"seen": seen, "lookups": lookups, "errors": errors, "decoded": api.json.loads(line)},
+print(json.dumps({"seen": seen, "logged": logged, "detected": detected, "lookups": lookups, "errors": errors, "decoded": api.json.loads(line)},
                  sort_keys=True))
 """
 
@@ -73,7 +106,7 @@ def shipped_and_fast() -> tuple[dict, dict]:
 
 def test_every_part_applies_to_the_installed_kopf(shipped_and_fast):
     _, fast = shipped_and_fast
-    assert [e["type"] for e in fast["seen"]] == ["ADDED", "MODIFIED", "DELETED"]
+    assert [e["type"] for e in fast["seen"][:3]] == ["ADDED", "MODIFIED", "DELETED"]
 
 
 def test_handlers_get_the_same_keyword_arguments(shipped_and_fast):
@@ -83,6 +116,22 @@ def test_handlers_get_the_same_keyword_arguments(shipped_and_fast):
     assert (first["uid"], first["name"], first["namespace"]) == ("u1", "p", "ns")
     assert first["labels"] == {"a": "b"} and first["annotations"] == {"x": "y"}
     assert first["spec"] == {"nodeName": "n1"} and first["status"] == {"phase": "Pending"}
+
+
+def test_a_failing_handler_is_logged_and_ignored_as_shipped(shipped_and_fast):
+    shipped, fast = shipped_and_fast
+    assert fast["logged"] == shipped["logged"]
+    assert ["ERROR", "Handler 'failing' failed with an exception and will ignore it: boom", True] in fast["logged"]
+    assert fast["logged"].count(["INFO", "Handler 'handler' succeeded.", False]) == 3
+
+
+def test_a_resource_with_an_index_goes_through_kopf_as_shipped(shipped_and_fast):
+    """Only resources whose handlers all watch take the shorter path; an index needs Kopf's own."""
+    shipped, fast = shipped_and_fast
+    assert fast["seen"][3:] == shipped["seen"][3:] == [{"indexed": "o", "index": ["o"]}]
+    assert ["INFO", "Indexer 'by_name' succeeded.", False] in fast["logged"]
+    assert shipped["detected"] == ["pods", "pods", "pods", "nodes", "configmaps"]
+    assert fast["detected"] == ["configmaps"]  # pods and nodes took the watching-only path
 
 
 def test_views_look_up_and_fail_as_shipped(shipped_and_fast):
