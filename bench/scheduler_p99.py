@@ -1,0 +1,127 @@
+"""Read `bench/scheduler.py --out-json` files and sum up their offered-rate runs: create->bound p99 of each run at
+the offered rate, per scheduler and per commit of the code that ran, against issue 11's target (p99 <= 1 s at 100
+pods/s offered). On a shared 2-CPU machine one run's p99 follows the host's noise, so a target is judged over many
+runs alternated with kube-scheduler's: how many are within it, the median and the highest.
+
+    python bench/scheduler_p99.py [RUN.json...] [--plot docs/scheduler_p99.png] [--out-json SUMMARY.json]
+
+A summary JSON (as --out-json writes) is read back too; with no files, the committed docs/scheduler_p99.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+SETTING = "500/1000"
+TARGET_S = 1.0
+COMMITTED = Path(__file__).resolve().parents[1] / "docs" / "scheduler_p99.json"
+
+
+def offered_runs(name: str, data: dict) -> list[dict]:
+    """Every offered-rate run at SETTING in one file, in the order they ran."""
+    git = data["machine"].get("git", "?")
+    runs = [r for r in data["runs"] if r.get("mode") == "rate" and r.get("setting") == SETTING]
+    repeats = {r.get("repeat", 0) for r in runs}
+    return [{"run": name if len(repeats) <= 1 else f"{name}#{r.get('repeat', 0) + 1}", "git": git,
+             "scheduler": r["scheduler"], "offered": r.get("rate_offered"), "pods_per_s": r["pods_per_s"],
+             "p50": r["p50"], "p99": r["p99"], "cpu_ms": r["cpu_ms_per_pod"]["scheduler"],
+             "all_ms": sum(r["cpu_ms_per_pod"].values())} for r in runs]
+
+
+def load(paths: list[Path]) -> list[dict]:
+    out, empty = [], []
+    for path in paths:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as err:
+            sys.exit(f"{path}: not a readable JSON file ({err})")
+        if isinstance(data, dict) and isinstance(data.get("offered"), list):
+            out += data["offered"]
+        elif isinstance(data, dict) and "runs" in data and "machine" in data:
+            found = offered_runs(path.stem, data)
+            empty += [] if found else [str(path)]
+            out += found
+        else:
+            sys.exit(f"{path}: neither a bench/scheduler.py --out-json file nor a summary of this script")
+    if not out:
+        sys.exit(f"{', '.join(empty)}: no offered-rate run at {SETTING}")
+    for path in empty:
+        print(f"{path}: no offered-rate run at {SETTING}; left out", file=sys.stderr)
+    return out
+
+
+def groups(runs: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    """Runs by (commit, scheduler), commits in the order they first ran."""
+    out: dict[tuple[str, str], list[dict]] = {}
+    for r in runs:
+        out.setdefault((r["git"], r["scheduler"]), []).append(r)
+    return out
+
+
+def summary(runs: list[dict]) -> list[str]:
+    lines = ["| run | commit | scheduler | pods/s | p50 | p99 | scheduler CPU ms/pod | all processes' CPU ms/pod |",
+             "|---|---|---|---:|---:|---:|---:|---:|"]
+    for r in runs:
+        lines.append(f"| {r['run']} | {r['git']} | {r['scheduler']} | {r['pods_per_s']:.1f} | {r['p50']:.2f} s | "
+                     f"{r['p99']:.2f} s | {r['cpu_ms']:.2f} | {r['all_ms']:.1f} |")
+    lines.append("")
+    for (git, scheduler), mine in groups(runs).items():
+        p99 = [r["p99"] for r in mine]
+        lines.append(f"{git} {scheduler}: {len(mine)} runs, p99 within {TARGET_S:g} s in "
+                     f"{sum(x <= TARGET_S for x in p99)} of {len(mine)}, median {statistics.median(p99):.2f} s, "
+                     f"lowest {min(p99):.2f} s, highest {max(p99):.2f} s; scheduler CPU per pod "
+                     f"{min(r['cpu_ms'] for r in mine):.2f}-{max(r['cpu_ms'] for r in mine):.2f} ms "
+                     f"(mean {statistics.mean(r['cpu_ms'] for r in mine):.2f})")
+    return lines
+
+
+def plot(runs: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    commits = list(dict.fromkeys(r["git"] for r in runs))
+    markers = dict(zip(commits, "osD^v<>", strict=False))
+    colours = {"fgpu": "tab:blue", "kube-scheduler": "tab:orange"}
+    fig, ax = plt.subplots(figsize=(12, 4.6))
+    for (git, scheduler), mine in groups(runs).items():
+        xs = [i for i, r in enumerate(runs) if (r["git"], r["scheduler"]) == (git, scheduler)]
+        ax.scatter(xs, [r["p99"] for r in mine], color=colours.get(scheduler, "grey"), marker=markers.get(git, "o"),
+                   label=f"{scheduler} at {git}: {sum(r['p99'] <= TARGET_S for r in mine)} of {len(mine)} within "
+                         f"{TARGET_S:g} s")
+    ax.axhline(TARGET_S, color="black", lw=0.8, ls="--")
+    ax.set_ylim(0, max(1.5 * TARGET_S, max(r["p99"] for r in runs) * 1.1))
+    ax.set_xticks(range(len(runs)), [r["run"] for r in runs], rotation=70, fontsize=6, ha="right",
+                  rotation_mode="anchor")
+    ax.set_ylabel("create->bound p99 (s)")
+    ax.set_title(f"each run's p99 in the order they ran, QPS/burst {SETTING}, offered {runs[0]['offered'] or '?'} "
+                 f"pods/s (dashed: the target)", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("files", nargs="*", type=Path, default=[COMMITTED],
+                    help="bench/scheduler.py --out-json files, or a summary (default: docs/scheduler_p99.json)")
+    ap.add_argument("--plot", type=Path, help="write a PNG: each run's p99, by scheduler and commit")
+    ap.add_argument("--out-json", type=Path, help="write the runs as a summary JSON (small; this script reads it)")
+    args = ap.parse_args(argv)
+    runs = load(args.files)
+    print("\n".join(summary(runs)))
+    if args.plot:
+        plot(runs, args.plot)
+        print(f"plot: {args.plot}")
+    if args.out_json:
+        args.out_json.write_text(json.dumps({"setting": SETTING, "offered": runs}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

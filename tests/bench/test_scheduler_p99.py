@@ -1,0 +1,71 @@
+"""bench/scheduler_p99.py: offered-rate runs summed up per commit and scheduler, and bad files refused in one line."""
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "bench" / "scheduler_p99.py"
+
+
+def run_file(tmp_path: Path, name: str, git: str, p99s: dict[str, list[float]]) -> Path:
+    """A --repeat file: repeat i holds each scheduler's i-th offered-rate run, and a fast run that is not counted."""
+    runs = []
+    for repeat in range(len(next(iter(p99s.values())))):
+        for scheduler, values in p99s.items():
+            base = {"scheduler": scheduler, "setting": "500/1000", "repeat": repeat, "pods_per_s": 99.5,
+                    "rate_offered": 100.0, "p50": values[repeat] / 4,
+                    "cpu_ms_per_pod": {"scheduler": 4.0 if scheduler == "fgpu" else 5.0, "kube-apiserver": 10.0}}
+            runs += [dict(base, mode="fast", p99=9.0), dict(base, mode="rate", p99=values[repeat])]
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps({"machine": {"git": git}, "runs": runs}))
+    return path
+
+
+def summarise(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=120)
+
+
+def test_counts_median_and_highest_per_commit_and_scheduler_and_a_summary_reads_back_the_same(tmp_path):
+    before = run_file(tmp_path, "before", "aaa", {"fgpu": [0.4, 1.2, 0.6], "kube-scheduler": [0.9, 1.5, 0.7]})
+    after = run_file(tmp_path, "after", "bbb", {"kube-scheduler": [0.8, 1.1], "fgpu": [0.5, 1.0]})
+    first = summarise(before, after, "--out-json", tmp_path / "s.json", "--plot", tmp_path / "s.png")
+    assert first.returncode == 0, first.stderr
+    out = first.stdout
+    assert "aaa fgpu: 3 runs, p99 within 1 s in 2 of 3, median 0.60 s, lowest 0.40 s, highest 1.20 s" in out
+    assert "aaa kube-scheduler: 3 runs, p99 within 1 s in 2 of 3, median 0.90 s" in out
+    assert "bbb fgpu: 2 runs, p99 within 1 s in 2 of 2" in out  # the target is p99 <= 1 s: 1.00 s meets it
+    assert "bbb kube-scheduler: 2 runs, p99 within 1 s in 1 of 2" in out
+    rows = [line for line in out.splitlines() if line.startswith("| after")]
+    assert [r.split(" | ")[:3] for r in rows] == [["| after#1", "bbb", "kube-scheduler"], ["| after#1", "bbb", "fgpu"],
+                                                   ["| after#2", "bbb", "kube-scheduler"], ["| after#2", "bbb", "fgpu"]]
+    assert (tmp_path / "s.png").stat().st_size > 0
+    again = summarise(tmp_path / "s.json")
+    assert again.returncode == 0 and again.stdout.strip() == out.strip().rsplit("\n", 1)[0].strip()
+
+
+def test_the_committed_series_is_what_the_readme_reports():
+    """The README's p99 verdict rests on docs/scheduler_p99.json: the counts and seconds it quotes are the script's."""
+    out = summarise()
+    assert out.returncode == 0, out.stderr
+    found = {}
+    for line in out.stdout.splitlines():
+        m = re.match(r"(\S+) (\S+): (\d+) runs, p99 within 1 s in (\d+) of \d+, median ([\d.]+) s, "
+                     r"lowest ([\d.]+) s, highest ([\d.]+) s", line)
+        if m:
+            found[m[1], m[2]] = m.groups()[2:]
+    fgpu, kube = found["3bade75", "fgpu"], found["3bade75", "kube-scheduler"]
+    readme = " ".join((REPO / "README.md").read_text().split())  # prose wraps anywhere
+    assert f"fgpu at 3bade75: {fgpu[0]} runs, p99 within 1 s in {fgpu[1]} of {fgpu[0]}" in readme
+    assert (f"| **{fgpu[1]} of {fgpu[0]}** | **{fgpu[2]} s ({fgpu[3]}-{fgpu[4]} s)** | {kube[1]} of {kube[0]} | "
+            f"{kube[2]} s ({kube[3]}-{kube[4]} s) |") in readme
+
+
+def test_a_file_that_is_not_a_bench_result_gets_one_line_and_exit_1(tmp_path):
+    for text in ("not json", json.dumps({"x": 1}), json.dumps({"machine": {}, "runs": []})):
+        bad = tmp_path / "bad.json"
+        bad.write_text(text)
+        out = summarise(bad)
+        assert out.returncode == 1 and out.stdout == ""
+        assert len(out.stderr.strip().splitlines()) == 1 and str(bad) in out.stderr and "Traceback" not in out.stderr
