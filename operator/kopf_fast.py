@@ -13,8 +13,8 @@ handler: 2.3%). Three parts of it are made cheaper here, each giving what Kopf a
 - A resource with only `on.event` handlers (fgpu's pods, nodes, GPUNodes, policies) skips the steps that serve other
   handler kinds: the diff of essences, the finalizer checks, two more loggers, the index and handler-progress
   state. perf put `process_resource_event` at 22% of the operator's CPU at 100 pods/s offered, and the handler
-  calls inside it at 14%. Any other resource, or an object Kopf still holds a patch or a daemon body for, takes
-  Kopf's path as shipped.
+  calls inside it at 14%. Any other resource, an object Kopf still holds a patch or a daemon body for, or one that
+  carries Kopf's finalizer (which Kopf as shipped removes when no handler needs it) takes Kopf's path as shipped.
 
 Kopf's internals are private: if a release moves them, `speed_up_kopf` leaves that part as shipped and says so in
 the log, and `tests/controller/test_kopf_fast.py` fails until this module follows.
@@ -114,6 +114,7 @@ def _watch_only_processing() -> None:
     throttler, each handler executed once with errors ignored and logged, results and patches applied), in
     Kopf's order, and nothing for the handler kinds the resource does not have."""
     import asyncio
+    import contextlib
 
     from kopf._cogs.structs import bodies, patches
     from kopf._core.actions import application, execution, lifecycles, loggers, progression, throttlers
@@ -137,10 +138,11 @@ def _watch_only_processing() -> None:
                           event_queue=event_queue, stream_pressure=stream_pressure, operator_paused=operator_paused,
                           resource_indexed=resource_indexed, operator_indexed=operator_indexed,
                           consistency_time=consistency_time, no_throttling=no_throttling)
-        if (registry._indexing.has_handlers(resource=resource) or registry._changing.has_handlers(resource=resource)
-                or registry._spawning.has_handlers(resource=resource)):
-            return await shipped(**as_shipped)
         raw_type, raw_body = raw_event["type"], raw_event["object"]
+        if (registry._indexing.has_handlers(resource=resource) or registry._changing.has_handlers(resource=resource)
+                or registry._spawning.has_handlers(resource=resource)
+                or settings.persistence.finalizer in ((raw_body.get("metadata") or {}).get("finalizers") or ())):
+            return await shipped(**as_shipped)
         memory = await memories.recall(raw_body, noticed_by_listing=raw_type is None, memobase=memobase)
         if memory.remaining_patch or memory.daemons_memory.live_fresh_body is not None:
             return await shipped(**as_shipped)  # recalls the same memory; nothing is forgotten yet
@@ -149,8 +151,9 @@ def _watch_only_processing() -> None:
         body = bodies.Body(raw_body)
         patch = patches.Patch(body=body)
         logger = loggers.LocalObjectLogger(body=body, settings=settings)
-        throttled = throttlers.throttled(throttler=memory.error_throttler, logger=logger,
-                                         delays=settings.queueing.error_delays, wakeup=stream_pressure)
+        throttled = contextlib.nullcontext(True) if no_throttling else throttlers.throttled(
+            throttler=memory.error_throttler, logger=logger, delays=settings.queueing.error_delays,
+            wakeup=stream_pressure)
         async with throttled as should_run:
             if not should_run:
                 return None
@@ -162,13 +165,14 @@ def _watch_only_processing() -> None:
                 await operator_indexed.wait_for(True)
             cause = causes.detect_watching_cause(raw_event=raw_event, resource=resource, indices=indexers.indices,
                                                  logger=logger, patch=patch, body=body, memo=memory.memo)
+            handlers = registry._watching.get_handlers(cause=cause)
+            basetime = progression._get_basetime()  # every handler's state starts before any runs, as in Kopf
+            states = [progression.HandlerState.from_scratch(basetime=basetime) for _ in handlers]
             outcomes = {}
-            basetime = progression._get_basetime()
-            for handler in registry._watching.get_handlers(cause=cause):
+            for handler, state in zip(handlers, states, strict=True):
                 outcomes[handler.id] = await execution.execute_handler_once(
                     settings=settings, handler=handler, cause=cause, lifecycle=lifecycles.all_at_once,
-                    state=progression.HandlerState.from_scratch(basetime=basetime),
-                    default_errors=execution.ErrorsMode.IGNORED)
+                    state=state, default_errors=execution.ErrorsMode.IGNORED)
             progression.deliver_results(outcomes=outcomes, patch=patch)
             if raw_type != "DELETED" and patch:
                 _, resource_version, memory.remaining_patch = await application.apply(
