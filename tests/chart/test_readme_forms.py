@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 from fgpu_operator.controller.translate import gpu_request
+from test_chart_examples import FORMS, admit, cluster  # noqa: F401  (the quick start's nodes, as a fixture)
 
 from fgpu_contracts import keys
-from test_chart_examples import FORMS, admit, cluster  # noqa: F401  (the quick start's nodes, as a fixture)
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 #: Every request key the issue lists, by its family (resources included); the block must show each.
