@@ -9,11 +9,11 @@ A summary JSON (as --out-json writes) is read back too; with no files, the commi
 """
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
+
+import series_summary
 
 SETTING = "500/1000"
 TARGET_S = 1.0
@@ -29,28 +29,6 @@ def offered_runs(name: str, data: dict) -> list[dict]:
              "scheduler": r["scheduler"], "offered": r.get("rate_offered"), "pods_per_s": r["pods_per_s"],
              "p50": r["p50"], "p99": r["p99"], "cpu_ms": r["cpu_ms_per_pod"]["scheduler"],
              "all_ms": sum(r["cpu_ms_per_pod"].values())} for r in runs]
-
-
-def load(paths: list[Path]) -> list[dict]:
-    out, empty = [], []
-    for path in paths:
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as err:
-            sys.exit(f"{path}: not a readable JSON file ({err})")
-        if isinstance(data, dict) and isinstance(data.get("offered"), list):
-            out += data["offered"]
-        elif isinstance(data, dict) and "runs" in data and "machine" in data:
-            found = offered_runs(path.stem, data)
-            empty += [] if found else [str(path)]
-            out += found
-        else:
-            sys.exit(f"{path}: neither a bench/scheduler.py --out-json file nor a summary of this script")
-    if not out:
-        sys.exit(f"{', '.join(empty)}: no offered-rate run at {SETTING}")
-    for path in empty:
-        print(f"{path}: no offered-rate run at {SETTING}; left out", file=sys.stderr)
-    return out
 
 
 def groups(runs: list[dict]) -> dict[tuple[str, str], list[dict]]:
@@ -107,20 +85,9 @@ def plot(runs: list[dict], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("files", nargs="*", type=Path, default=[COMMITTED],
-                    help="bench/scheduler.py --out-json files, or a summary (default: docs/scheduler_p99.json)")
-    ap.add_argument("--plot", type=Path, help="write a PNG: each run's p99, by scheduler and commit")
-    ap.add_argument("--out-json", type=Path, help="write the runs as a summary JSON (small; this script reads it)")
-    args = ap.parse_args(argv)
-    runs = load(args.files)
-    print("\n".join(summary(runs)))
-    if args.plot:
-        plot(runs, args.plot)
-        print(f"plot: {args.plot}")
-    if args.out_json:
-        args.out_json.write_text(json.dumps({"setting": SETTING, "offered": runs}, indent=1) + "\n")
-    return 0
+    return series_summary.main(argv, doc=__doc__, committed=COMMITTED, key="offered", setting=SETTING,
+                               plot_help="write a PNG: each run's p99, by scheduler and commit", from_run=offered_runs,
+                               missing=f"no offered-rate run at {SETTING}", summary=summary, plot=plot)
 
 
 if __name__ == "__main__":

@@ -13,13 +13,13 @@ README's series of 2026-11-28).
 """
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import random
 import statistics
 import sys
 from pathlib import Path
+
+import series_summary
 
 SETTING = "500/1000"
 COMMITTED = Path(__file__).resolve().parents[1] / "docs" / "scheduler_pairs.json"
@@ -59,27 +59,6 @@ def geometric_mean_interval(ratios: list[float], level: float = 0.95, draws: int
     tail = (1 - level) / 2
     low, high = means[int(tail * draws)], means[min(draws - 1, int((1 - tail) * draws))]
     return math.exp(statistics.fmean(logs)), math.exp(low), math.exp(high)
-
-
-def load(paths: list[Path]) -> list[dict]:
-    out = []
-    for path in paths:
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as err:
-            sys.exit(f"{path}: not a readable JSON file ({err})")
-        if isinstance(data, dict) and "pairs" in data:
-            out += data["pairs"]
-        elif isinstance(data, dict) and "runs" in data and "machine" in data:
-            found = pairs(path.stem, data)
-            if not found:
-                print(f"{path}: no fast run of both schedulers at {SETTING}; left out", file=sys.stderr)
-            out += found
-        else:
-            sys.exit(f"{path}: neither a bench/scheduler.py --out-json file nor a summary of this script")
-    if not out:
-        sys.exit("no pairs: give bench/scheduler.py --out-json files with fgpu and kube-scheduler at " + SETTING)
-    return out
 
 
 def summary(pairs: list[dict]) -> list[str]:
@@ -149,20 +128,9 @@ def plot(pairs: list[dict], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("files", nargs="*", type=Path, default=[COMMITTED],
-                    help="bench/scheduler.py --out-json files, or a summary (default: docs/scheduler_pairs.json)")
-    ap.add_argument("--plot", type=Path, help="write a PNG: the ratio per run, and CPU per pod fgpu against kube")
-    ap.add_argument("--out-json", type=Path, help="write the pairs as a summary JSON (small; this script reads it)")
-    args = ap.parse_args(argv)
-    pairs = load(args.files)
-    print("\n".join(summary(pairs)))
-    if args.plot:
-        plot(pairs, args.plot)
-        print(f"plot: {args.plot}")
-    if args.out_json:
-        args.out_json.write_text(json.dumps({"setting": SETTING, "pairs": pairs}, indent=1) + "\n")
-    return 0
+    return series_summary.main(argv, doc=__doc__, committed=COMMITTED, key="pairs", setting=SETTING,
+                               plot_help="write a PNG: the ratio per run, and CPU per pod fgpu against kube", from_run=pairs,
+                               missing=f"no fast run of both schedulers at {SETTING}", summary=summary, plot=plot)
 
 
 if __name__ == "__main__":

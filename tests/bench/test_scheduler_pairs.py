@@ -52,7 +52,8 @@ def test_the_committed_series_is_what_the_readme_reports():
 
 
 def test_a_file_that_is_not_a_bench_result_gets_one_line_and_exit_1(tmp_path):
-    for text in ("not json", json.dumps({"x": 1})):
+    for text in ("not json", json.dumps({"x": 1}), json.dumps({"machine": {}, "runs": [{"mode": "fast"}]}),
+                 json.dumps({"machine": {"git": "a", "python_build": "b"}, "runs": [{"mode": "rate", "setting": "500/1000"}]})):
         bad = tmp_path / "bad.json"
         bad.write_text(text)
         out = summarise(bad)
