@@ -250,6 +250,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="scrape the scheduler's /metrics every this many seconds during each run, gzip accepted, "
                          "as Prometheus does (the chart's ServiceMonitor: 15 s; deploy/prometheus: 5 s); "
                          "kube-scheduler's too (default: no scrapes)")
+    ap.add_argument("--cpu-burner", type=share_of_core, metavar="SHARE",
+                    help="a noisy neighbour for the whole bench: bench/helpers/cpu_burner.py busy-loops this share "
+                         "of one core (0 < SHARE < 1), both schedulers alike; each run records the share it took")
     ap.add_argument("--no-pod-stages", action="store_true",
                     help="KWOK runs only its node stages: bound pods are not marked Running, so neither scheduler's "
                          "run carries KWOK's pod status writes (which land inside a slow run and after a fast one)")
@@ -470,6 +473,16 @@ def proc_cpu(pid: int | None, children: bool = False) -> float:
     return total
 
 
+def share_of_core(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a share of one core, 0 < share < 1")
+    return value
+
+
 class Bench:
     """The control plane, the nodes, and one scheduler process at a time."""
 
@@ -479,6 +492,7 @@ class Bench:
         self.slots = 0  # the nvidia.com/gpu the nodes advertise now
         self.operator = None
         self.null: subprocess.Popen | None = None  # bench/helpers/null_binder.py, while it runs
+        self.burner: subprocess.Popen | None = None  # bench/helpers/cpu_burner.py, with --cpu-burner
         self.webhook = False  # the running operator registered its admission webhook
         self.metrics_port = 0  # the running operator's --metrics-port
         self.runs: list[dict] = []
@@ -585,6 +599,7 @@ class Bench:
         others = {name: self.plane.pid(name) for name in ("kube-apiserver", "etcd", "kwok")}
         pids = {"scheduler": pid, **others, "bench": os.getpid()}
         cpu0 = {k: proc_cpu(p, children=k == "scheduler") for k, p in pids.items()}
+        burned0 = proc_cpu(self.burner.pid) if self.burner else 0.0
         writes0 = apiserver_writes(self.plane)
         dropped = "fgpu_scheduler_events_dropped_total"
         dropped0 = (operator_value(self.metrics_port, dropped) or 0.0) if scheduler == "fgpu" else 0.0
@@ -592,8 +607,11 @@ class Bench:
         with self.scraper(scheduler) as scraper:
             trace = asyncio.run(run_pods(self.creds, namespace, bodies, rate, self.args.stall, label))
         cpu = {k: proc_cpu(p, children=k == "scheduler") - cpu0[k] for k, p in pids.items()}
+        burned = proc_cpu(self.burner.pid) - burned0 if self.burner else 0.0
         hwm, rss = proc_memory(pid)
         row = summarize(trace, cpu)
+        if self.burner:  # the share asked for, and the share of one core it took over the run's wall time
+            row.update(cpu_burner_share=self.args.cpu_burner, cpu_burner_took=burned / row["wall"])
         row["writes_per_pod"] = writes_per_pod(writes0, apiserver_writes(self.plane), row["bound"])
         row.update(scheduler=scheduler, setting=setting_label, mode=mode, nodes=len(self.nodes), pods=pods,
                    rate_offered=rate, rss_peak_mb=hwm, rss_mb=rss, namespace=namespace, scrapes=len(scraper.took),
@@ -1036,6 +1054,10 @@ def main() -> int:
     ok = False
     try:
         plane.start()
+        if args.cpu_burner:
+            bench.burner = subprocess.Popen([sys.executable, str(REPO / "bench" / "helpers" / "cpu_burner.py"),
+                                             "--share", str(args.cpu_burner)])
+            log(f"a noisy neighbour busy-loops {args.cpu_burner:.0%} of one core (pid {bench.burner.pid})")
         plane.start_kwok(kwok_stages(plane, workdir, args),
                          node_lease_seconds=args.node_lease_seconds if args.node_heartbeat == "lease" else 0)
         if not args.no_small:
@@ -1061,6 +1083,9 @@ def main() -> int:
         traceback.print_exc()
     finally:
         bench.stop()
+        if bench.burner:
+            bench.burner.kill()
+            bench.burner.wait()
         plane.stop()
         shutil.rmtree(workdir / "etcd", ignore_errors=True)
         if ok and not args.keep_logs:

@@ -23,36 +23,45 @@ COMMITTED = Path(__file__).resolve().parents[1] / "docs" / "scheduler_p99.json"
 def offered_runs(name: str, data: dict) -> list[dict]:
     """Every offered-rate run at SETTING in one file, in the order they ran."""
     git = data["machine"].get("git", "?")
+    burner = (data.get("args") or {}).get("cpu_burner")
     runs = [r for r in data["runs"] if r.get("mode") == "rate" and r.get("setting") == SETTING]
     repeats = {r.get("repeat", 0) for r in runs}
     return [{"run": name if len(repeats) <= 1 else f"{name}#{r.get('repeat', 0) + 1}", "git": git,
+             "burner": r.get("cpu_burner_share", burner), "burner_took": r.get("cpu_burner_took"),
              "scheduler": r["scheduler"], "offered": r.get("rate_offered"), "pods_per_s": r["pods_per_s"],
              "p50": r["p50"], "p99": r["p99"], "cpu_ms": r["cpu_ms_per_pod"]["scheduler"],
              "all_ms": sum(r["cpu_ms_per_pod"].values())} for r in runs]
 
 
+def condition(run: dict) -> str:
+    """The commit a run's code was at, and the noisy neighbour's share of a core if one ran (--cpu-burner)."""
+    return run["git"] + (f"+burner{run['burner']:g}" if run.get("burner") else "")
+
+
 def groups(runs: list[dict]) -> dict[tuple[str, str], list[dict]]:
-    """Runs by (commit, scheduler), commits in the order they first ran."""
+    """Runs by (condition, scheduler), conditions in the order they first ran."""
     out: dict[tuple[str, str], list[dict]] = {}
     for r in runs:
-        out.setdefault((r["git"], r["scheduler"]), []).append(r)
+        out.setdefault((condition(r), r["scheduler"]), []).append(r)
     return out
 
 
 def summary(runs: list[dict]) -> list[str]:
-    lines = ["| run | commit | scheduler | pods/s | p50 | p99 | scheduler CPU ms/pod | all processes' CPU ms/pod |",
-             "|---|---|---|---:|---:|---:|---:|---:|"]
+    lines = ["| run | commit (+ noisy neighbour) | scheduler | pods/s | p50 | p99 | scheduler CPU ms/pod | all processes' "
+             "CPU ms/pod |", "|---|---|---|---:|---:|---:|---:|---:|"]
     for r in runs:
-        lines.append(f"| {r['run']} | {r['git']} | {r['scheduler']} | {r['pods_per_s']:.1f} | {r['p50']:.2f} s | "
+        lines.append(f"| {r['run']} | {condition(r)} | {r['scheduler']} | {r['pods_per_s']:.1f} | {r['p50']:.2f} s | "
                      f"{r['p99']:.2f} s | {r['cpu_ms']:.2f} | {r['all_ms']:.1f} |")
     lines.append("")
-    for (git, scheduler), mine in groups(runs).items():
+    for (label, scheduler), mine in groups(runs).items():
         p99 = [r["p99"] for r in mine]
-        lines.append(f"{git} {scheduler}: {len(mine)} runs, p99 within {TARGET_S:g} s in "
+        took = [r["burner_took"] for r in mine if r.get("burner_took") is not None]
+        lines.append(f"{label} {scheduler}: {len(mine)} runs, p99 within {TARGET_S:g} s in "
                      f"{sum(x <= TARGET_S for x in p99)} of {len(mine)}, median {statistics.median(p99):.2f} s, "
                      f"lowest {min(p99):.2f} s, highest {max(p99):.2f} s; scheduler CPU per pod "
                      f"{min(r['cpu_ms'] for r in mine):.2f}-{max(r['cpu_ms'] for r in mine):.2f} ms "
-                     f"(mean {statistics.mean(r['cpu_ms'] for r in mine):.2f})")
+                     f"(mean {statistics.mean(r['cpu_ms'] for r in mine):.2f})"
+                     + (f"; the neighbour took {min(took):.0%}-{max(took):.0%} of a core" if took else ""))
     return lines
 
 
@@ -62,12 +71,12 @@ def plot(runs: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    commits = list(dict.fromkeys(r["git"] for r in runs))
+    commits = list(dict.fromkeys(condition(r) for r in runs))
     markers = dict(zip(commits, "osD^v<>", strict=False))
     colours = {"fgpu": "tab:blue", "kube-scheduler": "tab:orange"}
     fig, ax = plt.subplots(figsize=(12, 4.6))
     for (git, scheduler), mine in groups(runs).items():
-        xs = [i for i, r in enumerate(runs) if (r["git"], r["scheduler"]) == (git, scheduler)]
+        xs = [i for i, r in enumerate(runs) if (condition(r), r["scheduler"]) == (git, scheduler)]
         ax.scatter(xs, [r["p99"] for r in mine], color=colours.get(scheduler, "grey"), marker=markers.get(git, "o"),
                    label=f"{scheduler} at {git}: {sum(r['p99'] <= TARGET_S for r in mine)} of {len(mine)} within "
                          f"{TARGET_S:g} s")

@@ -9,7 +9,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "bench" / "scheduler_p99.py"
 
 
-def run_file(tmp_path: Path, name: str, git: str, p99s: dict[str, list[float]]) -> Path:
+def run_file(tmp_path: Path, name: str, git: str, p99s: dict[str, list[float]], burner: float | None = None) -> Path:
     """A --repeat file: repeat i holds each scheduler's i-th offered-rate run, and a fast run that is not counted."""
     runs = []
     for repeat in range(len(next(iter(p99s.values())))):
@@ -17,9 +17,11 @@ def run_file(tmp_path: Path, name: str, git: str, p99s: dict[str, list[float]]) 
             base = {"scheduler": scheduler, "setting": "500/1000", "repeat": repeat, "pods_per_s": 99.5,
                     "rate_offered": 100.0, "p50": values[repeat] / 4,
                     "cpu_ms_per_pod": {"scheduler": 4.0 if scheduler == "fgpu" else 5.0, "kube-apiserver": 10.0}}
+            if burner:
+                base.update(cpu_burner_share=burner, cpu_burner_took=0.19)
             runs += [dict(base, mode="fast", p99=9.0), dict(base, mode="rate", p99=values[repeat])]
     path = tmp_path / f"{name}.json"
-    path.write_text(json.dumps({"machine": {"git": git}, "runs": runs}))
+    path.write_text(json.dumps({"machine": {"git": git}, "args": {"cpu_burner": burner}, "runs": runs}))
     return path
 
 
@@ -30,13 +32,17 @@ def summarise(*args) -> subprocess.CompletedProcess:
 def test_counts_median_and_highest_per_commit_and_scheduler_and_a_summary_reads_back_the_same(tmp_path):
     before = run_file(tmp_path, "before", "aaa", {"fgpu": [0.4, 1.2, 0.6], "kube-scheduler": [0.9, 1.5, 0.7]})
     after = run_file(tmp_path, "after", "bbb", {"kube-scheduler": [0.8, 1.1], "fgpu": [0.5, 1.0]})
-    first = summarise(before, after, "--out-json", tmp_path / "s.json", "--plot", tmp_path / "s.png")
+    loaded = run_file(tmp_path, "loaded", "bbb", {"fgpu": [0.9], "kube-scheduler": [1.4]}, burner=0.2)
+    first = summarise(before, after, loaded, "--out-json", tmp_path / "s.json", "--plot", tmp_path / "s.png")
     assert first.returncode == 0, first.stderr
     out = first.stdout
     assert "aaa fgpu: 3 runs, p99 within 1 s in 2 of 3, median 0.60 s, lowest 0.40 s, highest 1.20 s" in out
     assert "aaa kube-scheduler: 3 runs, p99 within 1 s in 2 of 3, median 0.90 s" in out
     assert "bbb fgpu: 2 runs, p99 within 1 s in 2 of 2" in out  # the target is p99 <= 1 s: 1.00 s meets it
     assert "bbb kube-scheduler: 2 runs, p99 within 1 s in 1 of 2" in out
+    # the same commit with a noisy neighbour is a series of its own, with the share the neighbour took
+    assert "bbb+burner0.2 fgpu: 1 runs, p99 within 1 s in 1 of 1" in out and "took 19%-19% of a core" in out
+    assert "bbb+burner0.2 kube-scheduler: 1 runs, p99 within 1 s in 0 of 1" in out
     rows = [line for line in out.splitlines() if line.startswith("| after")]
     assert [r.split(" | ")[:3] for r in rows] == [["| after#1", "bbb", "kube-scheduler"], ["| after#1", "bbb", "fgpu"],
                                                    ["| after#2", "bbb", "kube-scheduler"], ["| after#2", "bbb", "fgpu"]]
@@ -58,7 +64,7 @@ def test_the_committed_series_is_what_the_readme_reports():
     readme = " ".join((REPO / "README.md").read_text().split())  # prose wraps anywhere
     fgpu = found["3bade75", "fgpu"]
     assert f"fgpu at 3bade75: {fgpu[0]} runs, p99 within 1 s in {fgpu[1]} of {fgpu[0]}" in readme
-    for commit in ("3bade75", "18635b2"):  # the quiet window, and the one with a noisy neighbour
+    for commit in ("3bade75", "18635b2+burner0.2"):  # the quiet window, and the one with a noisy neighbour
         fgpu, kube = found[commit, "fgpu"], found[commit, "kube-scheduler"]
         assert (f"| **{fgpu[1]} of {fgpu[0]}** | **{fgpu[2]} s ({fgpu[3]}-{fgpu[4]} s)** | {kube[1]} of {kube[0]} | "
                 f"{kube[2]} s ({kube[3]}-{kube[4]} s) |") in readme, commit
