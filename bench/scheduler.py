@@ -78,11 +78,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "e2e")]
+sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "e2e"), str(REPO / "bench")]
 
 from fgpu_operator.controller.command import _positive as positive  # noqa: E402  (the operator's own)
 from fgpu_operator.kube import ApiSession, Limits, load_kubeconfig  # noqa: E402
 from fgpu_operator.placement.policies import LIVE_POLICIES  # noqa: E402
+from helpers.cpu_burner import share as share_of_core  # noqa: E402  (what --cpu-burner hands the burner)
 
 GPU = "nvidia.com/gpu"
 SLOTS_PER_GPU = 10  # a fractional GPU's splitCount (tests/inventories.py)
@@ -471,16 +472,6 @@ def proc_cpu(pid: int | None, children: bool = False) -> float:
             continue
         total += (int(fields[11]) + int(fields[12])) / CLK_TCK
     return total
-
-
-def share_of_core(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: a share of one core, 0 < share < 1")
-    return value
 
 
 class Bench:

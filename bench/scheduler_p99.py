@@ -71,14 +71,15 @@ def plot(runs: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    commits = list(dict.fromkeys(condition(r) for r in runs))
-    markers = dict(zip(commits, "osD^v<>", strict=False))
+    by_group = groups(runs)
+    markers = dict(zip(dict.fromkeys(label for label, _ in by_group), "osD^v<>", strict=False))
     colours = {"fgpu": "tab:blue", "kube-scheduler": "tab:orange"}
+    position = {id(r): i for i, r in enumerate(runs)}  # the order they ran
     fig, ax = plt.subplots(figsize=(12, 4.6))
-    for (git, scheduler), mine in groups(runs).items():
-        xs = [i for i, r in enumerate(runs) if (condition(r), r["scheduler"]) == (git, scheduler)]
-        ax.scatter(xs, [r["p99"] for r in mine], color=colours.get(scheduler, "grey"), marker=markers.get(git, "o"),
-                   label=f"{scheduler} at {git}: {sum(r['p99'] <= TARGET_S for r in mine)} of {len(mine)} within "
+    for (label, scheduler), mine in by_group.items():
+        ax.scatter([position[id(r)] for r in mine], [r["p99"] for r in mine], color=colours.get(scheduler, "grey"),
+                   marker=markers.get(label, "o"),
+                   label=f"{scheduler} at {label}: {sum(r['p99'] <= TARGET_S for r in mine)} of {len(mine)} within "
                          f"{TARGET_S:g} s")
     ax.axhline(TARGET_S, color="black", lw=0.8, ls="--")
     ax.set_ylim(0, max(1.5 * TARGET_S, max(r["p99"] for r in runs) * 1.1))

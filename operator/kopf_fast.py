@@ -129,41 +129,38 @@ def _watch_only_processing() -> None:
         if not hasattr(registries.OperatorRegistry(), name):
             raise AttributeError(f"OperatorRegistry has no {name}")
 
-    async def process_resource_event(*, lifecycle, indexers, registry, settings, memories, memobase, resource,
-                                     raw_event, event_queue, stream_pressure=None, operator_paused=None,
-                                     resource_indexed=None, operator_indexed=None, consistency_time=None,
-                                     no_throttling=False):
-        as_shipped = dict(lifecycle=lifecycle, indexers=indexers, registry=registry, settings=settings,
-                          memories=memories, memobase=memobase, resource=resource, raw_event=raw_event,
-                          event_queue=event_queue, stream_pressure=stream_pressure, operator_paused=operator_paused,
-                          resource_indexed=resource_indexed, operator_indexed=operator_indexed,
-                          consistency_time=consistency_time, no_throttling=no_throttling)
+    async def process_resource_event(**kwargs):  # Kopf's keyword arguments, passed on whole when it takes the event
+        registry, settings, resource = kwargs["registry"], kwargs["settings"], kwargs["resource"]
+        raw_event, memories = kwargs["raw_event"], kwargs["memories"]
         raw_type, raw_body = raw_event["type"], raw_event["object"]
         if (registry._indexing.has_handlers(resource=resource) or registry._changing.has_handlers(resource=resource)
                 or registry._spawning.has_handlers(resource=resource)
                 or settings.persistence.finalizer in ((raw_body.get("metadata") or {}).get("finalizers") or ())):
-            return await shipped(**as_shipped)
-        memory = await memories.recall(raw_body, noticed_by_listing=raw_type is None, memobase=memobase)
+            return await shipped(**kwargs)
+        memory = await memories.recall(raw_body, noticed_by_listing=raw_type is None, memobase=kwargs["memobase"])
         if memory.remaining_patch or memory.daemons_memory.live_fresh_body is not None:
-            return await shipped(**as_shipped)  # recalls the same memory; nothing is forgotten yet
+            return await shipped(**kwargs)  # recalls the same memory; nothing is forgotten yet
+        stream_pressure = kwargs.get("stream_pressure")
+        resource_indexed, operator_indexed = kwargs.get("resource_indexed"), kwargs.get("operator_indexed")
         if raw_type == "DELETED":
             await memories.forget(raw_body)
         body = bodies.Body(raw_body)
         patch = patches.Patch(body=body)
         logger = loggers.LocalObjectLogger(body=body, settings=settings)
-        throttled = contextlib.nullcontext(True) if no_throttling else throttlers.throttled(
+        throttled = contextlib.nullcontext(True) if kwargs.get("no_throttling") else throttlers.throttled(
             throttler=memory.error_throttler, logger=logger, delays=settings.queueing.error_delays,
             wakeup=stream_pressure)
         async with throttled as should_run:
             if not should_run:
                 return None
             posting.event_queue_loop_var.set(asyncio.get_running_loop())
-            posting.event_queue_var.set(event_queue)
+            posting.event_queue_var.set(kwargs["event_queue"])
             if operator_indexed is not None and resource_indexed is not None:
                 await operator_indexed.drop_toggle(resource_indexed)
             if operator_indexed is not None:
                 await operator_indexed.wait_for(True)
-            cause = causes.detect_watching_cause(raw_event=raw_event, resource=resource, indices=indexers.indices,
+            cause = causes.detect_watching_cause(raw_event=raw_event, resource=resource,
+                                                 indices=kwargs["indexers"].indices,
                                                  logger=logger, patch=patch, body=body, memo=memory.memo)
             handlers = registry._watching.get_handlers(cause=cause)
             basetime = progression._get_basetime()  # every handler's state starts before any runs, as in Kopf

@@ -11,7 +11,11 @@ import time
 
 
 def share(text: str) -> float:
-    value = float(text)
+    """A share of one core, 0 < share < 1 (also `bench/scheduler.py --cpu-burner`'s)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not 0 < value < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: a share of one core, 0 < share < 1")
     return value
