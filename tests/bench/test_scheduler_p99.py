@@ -36,13 +36,14 @@ def test_counts_median_and_highest_per_commit_and_scheduler_and_a_summary_reads_
     first = summarise(before, after, loaded, "--out-json", tmp_path / "s.json", "--plot", tmp_path / "s.png")
     assert first.returncode == 0, first.stderr
     out = first.stdout
-    assert "aaa fgpu: 3 runs, p99 within 1 s in 2 of 3, median 0.60 s, lowest 0.40 s, highest 1.20 s" in out
-    assert "aaa kube-scheduler: 3 runs, p99 within 1 s in 2 of 3, median 0.90 s" in out
+    # each miss to the millisecond: a p99 of 1.003 s would read "1.00 s" beside the runs that met the target
+    assert "aaa fgpu: 3 runs, p99 within 1 s in 2 of 3 (misses: 1.200 s), median 0.60 s, lowest 0.40 s, highest 1.20 s" in out
+    assert "aaa kube-scheduler: 3 runs, p99 within 1 s in 2 of 3 (misses: 1.500 s), median 0.90 s" in out
     assert "bbb fgpu: 2 runs, p99 within 1 s in 2 of 2" in out  # the target is p99 <= 1 s: 1.00 s meets it
-    assert "bbb kube-scheduler: 2 runs, p99 within 1 s in 1 of 2" in out
+    assert "bbb kube-scheduler: 2 runs, p99 within 1 s in 1 of 2 (misses: 1.100 s)" in out
     # the same commit with a noisy neighbour is a series of its own, with the share the neighbour took
     assert "bbb+burner0.2 fgpu: 1 runs, p99 within 1 s in 1 of 1" in out and "took 19%-19% of a core" in out
-    assert "bbb+burner0.2 kube-scheduler: 1 runs, p99 within 1 s in 0 of 1" in out
+    assert "bbb+burner0.2 kube-scheduler: 1 runs, p99 within 1 s in 0 of 1 (misses: 1.400 s)" in out
     rows = [line for line in out.splitlines() if line.startswith("| after")]
     assert [r.split(" | ")[:3] for r in rows] == [["| after#1", "bbb", "kube-scheduler"], ["| after#1", "bbb", "fgpu"],
                                                    ["| after#2", "bbb", "kube-scheduler"], ["| after#2", "bbb", "fgpu"]]
@@ -57,14 +58,15 @@ def test_the_committed_series_is_what_the_readme_reports():
     assert out.returncode == 0, out.stderr
     found = {}
     for line in out.stdout.splitlines():
-        m = re.match(r"(\S+) (\S+): (\d+) runs, p99 within 1 s in (\d+) of \d+, median ([\d.]+) s, "
+        m = re.match(r"(\S+) (\S+): (\d+) runs, p99 within 1 s in (\d+) of \d+(?: \(misses: [^)]*\))?, median ([\d.]+) s, "
                      r"lowest ([\d.]+) s, highest ([\d.]+) s", line)
         if m:
             found[m[1], m[2]] = m.groups()[2:]
     readme = " ".join((REPO / "README.md").read_text().split())  # prose wraps anywhere
     fgpu = found["3bade75", "fgpu"]
     assert f"fgpu at 3bade75: {fgpu[0]} runs, p99 within 1 s in {fgpu[1]} of {fgpu[0]}" in readme
-    for commit in ("3bade75", "18635b2+burner0.2", "897c058+burner0.2"):  # quiet, then beside a noisy neighbour
+    # quiet, then beside a noisy neighbour: timed by the clock (it took 7-8% of a core), then by its CPU (20%)
+    for commit in ("3bade75", "18635b2+burner0.2", "897c058+burner0.2", "74cbf28+burner0.2"):
         fgpu, kube = found[commit, "fgpu"], found[commit, "kube-scheduler"]
         assert (f"| **{fgpu[1]} of {fgpu[0]}** | **{fgpu[2]} s ({fgpu[3]}-{fgpu[4]} s)** | {kube[1]} of {kube[0]} | "
                 f"{kube[2]} s ({kube[3]}-{kube[4]} s) |") in readme, commit
