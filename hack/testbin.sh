@@ -12,21 +12,23 @@
 set -euo pipefail
 
 # ---- pinned versions (change here; the cache directory name follows) ------------------------------
-K8S_VERSION=v1.35.4        # k8s.io/kubernetes; staging modules k8s.io/* at v0.35.4
+K8S_VERSION=v1.37.2        # k8s.io/kubernetes; staging modules k8s.io/* at v0.37.2
 ETCD_VERSION=v3.5.35       # go.etcd.io/etcd/server/v3 (>= 3.5.13: older ones break WatchList watches)
 KWOK_VERSION=v0.8.0        # sigs.k8s.io/kwok
 HELM_VERSION=v3.21.4       # helm.sh/helm/v3
+CONTAINERD_VERSION=v2.4.2  # github.com/containerd/containerd/v2 (CDI on by default; Kubernetes >= 1.36 needs 2.x)
 # -----------------------------------------------------------------------------------------------------
 
 FGPU_CACHE=${FGPU_CACHE:-$HOME/.cache/fgpu}
-PINNED="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}"
+PINNED="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}_containerd-${CONTAINERD_VERSION}"
 ROOT="$FGPU_CACHE/testbin"
 OUT="$ROOT/$PINNED"
 SRC="$ROOT/src/$PINNED"
 LOG="$ROOT/build-$PINNED.log"
-BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet etcd kwok helm)
+BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy etcd kwok helm
+          containerd ctr containerd-shim-runc-v2)
 # the ones built from k8s.io/kubernetes (its cmd/<name>), in one wrapper module
-K8S_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet)
+K8S_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
 # KWOK's own stage definitions (node-initialize, node-heartbeat, pod ready/complete/delete), taken from the
 # kwok module at build time; the bare `kwok` binary has none built in and refuses to start without them.
 KWOK_STAGES=kwok-stages.yaml
@@ -111,10 +113,10 @@ new_module() {
 
 verify() {
     local b=$1 out
-    if [[ $b == helm ]]; then
+    if [[ $b == helm || $b == ctr ]]; then
         out=$("$OUT/$b" version 2>&1) || die "$OUT/$b version failed: $(head -n1 <<<"$out")"
     else
-        out=$("$OUT/$b" --version 2>&1) || die "$OUT/$b --version failed: $(head -n1 <<<"$out")"
+        out=$("$OUT/$b" $([[ $b == containerd-shim-runc-v2 ]] && echo -v || echo --version) 2>&1) || die "$OUT/$b --version failed: $(head -n1 <<<"$out")"
     fi
     say "  $b: $(head -n1 <<<"$out")"
 }
@@ -182,6 +184,27 @@ go_tool kwok "kwok $KWOK_VERSION" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" sigs
     "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}"
 go_tool helm "helm $HELM_VERSION" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" helm.sh/helm/v3/cmd/helm \
     "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+
+# ---- containerd 2.x: the daemon, ctr and the runc shim from one module ---------------------------------
+# Built static without cgo: the btrfs snapshotter (the one part that needs cgo) is left out by its build tag.
+CTRD_BINARIES=(containerd ctr containerd-shim-runc-v2)
+ctrd_missing=()
+for b in "${CTRD_BINARIES[@]}"; do [[ -x "$OUT/$b" ]] || ctrd_missing+=("$b"); done
+if [[ ${#ctrd_missing[@]} -gt 0 ]]; then
+    say "containerd $CONTAINERD_VERSION: ${ctrd_missing[*]}"
+    new_module containerd
+    gorun "github.com/containerd/containerd/v2@$CONTAINERD_VERSION" download "$SRC/containerd" \
+        go get "github.com/containerd/containerd/v2@$CONTAINERD_VERSION"
+    ldc="-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION"
+    ldc+=" -X github.com/containerd/containerd/v2/version.Package=github.com/containerd/containerd/v2"
+    t=$SECONDS
+    for b in "${ctrd_missing[@]}"; do
+        gorun "containerd $CONTAINERD_VERSION ($b)" build "$SRC/containerd" \
+            go build -p "$JOBS" -trimpath -tags "no_btrfs urfave_cli_no_docs" -ldflags "$ldc" -o "$OUT/$b" \
+            "github.com/containerd/containerd/v2/cmd/$b"
+    done
+    say "containerd: compiled in $((SECONDS - t)) s"
+fi
 
 # ---- KWOK stages ---------------------------------------------------------------------------------------
 # write_stages OUTNAME FILE...: the upstream stage files, concatenated into $OUT/OUTNAME
