@@ -13,11 +13,13 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 RUN python -m venv /opt/fgpu
 WORKDIR /src
-# dependencies first (a layer that survives source edits), then the packages themselves
-COPY pyproject.toml setup.py README.md ./
+# dependencies first (a layer that survives source and README edits: it reads pyproject.toml alone), then the
+# packages themselves
+COPY pyproject.toml ./
 RUN /opt/fgpu/bin/python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
       > /tmp/requirements.txt \
  && /opt/fgpu/bin/pip install -r /tmp/requirements.txt
+COPY setup.py README.md ./
 COPY fgpu_contracts fgpu_contracts
 COPY simgpu simgpu
 COPY deviceplugin deviceplugin
