@@ -111,6 +111,41 @@ def _remove_cgroups(cgroups) -> None:
             cgroup.rmdir()
 
 
+# The chains a kubelet makes on start (its iptables canary, the localnet firewall, the hint kube-proxy reads),
+# in both iptables back ends; kube-proxy's own are removed by `kube-proxy --cleanup`.
+KUBELET_CHAINS = ("KUBE-FIREWALL", "KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT")
+IPTABLES = ("iptables", "ip6tables", "iptables-legacy", "ip6tables-legacy")
+
+
+def _iptables_rules(binary: str, table: str) -> list[str]:
+    if shutil.which(binary) is None:
+        return []
+    out = subprocess.run([binary, "-w", "-t", table, "-S"], capture_output=True, text=True)
+    return out.stdout.splitlines() if out.returncode == 0 else []
+
+
+def kubelet_chains() -> list[str]:
+    """The kubelet's chains still present, as `binary/table/chain`."""
+    return [f"{b}/{t}/{line.split()[1]}" for b in IPTABLES for t in ("filter", "nat", "mangle")
+            for line in _iptables_rules(b, t) if line.startswith("-N ") and line.split()[1] in KUBELET_CHAINS]
+
+
+def remove_kubelet_chains() -> None:
+    """Delete the jumps into the kubelet's chains, then the chains (a stopped node leaves no rule behind)."""
+    for binary in IPTABLES:
+        for table in ("filter", "nat", "mangle"):
+            rules = _iptables_rules(binary, table)
+            for line in rules:
+                parts = line.split()
+                if parts[0] == "-A" and "-j" in parts and parts[parts.index("-j") + 1] in KUBELET_CHAINS \
+                        and parts[1] not in KUBELET_CHAINS:
+                    subprocess.run([binary, "-w", "-t", table, "-D", *parts[1:]], capture_output=True)
+            for line in rules:
+                if line.startswith("-N ") and line.split()[1] in KUBELET_CHAINS:
+                    subprocess.run([binary, "-w", "-t", table, "-F", line.split()[1]], capture_output=True)
+                    subprocess.run([binary, "-w", "-t", table, "-X", line.split()[1]], capture_output=True)
+
+
 def _probe_processes() -> list[int]:
     """Processes running the probe image's program (a pod's container or a sandbox that outlived its pod)."""
     pids = []
@@ -198,6 +233,7 @@ class RealNode:
             shutil.rmtree(run, ignore_errors=True)
         _remove_cgroups(Path("/").glob(CGROUPS.lstrip("/")))  # only empty ones go: rmdir refuses the others
         shutil.rmtree(CNI_STATE, ignore_errors=True)
+        remove_kubelet_chains()
         for leftover in (DEVICE_PLUGIN_DIR / "kubelet.sock", CHECKPOINT):
             leftover.unlink(missing_ok=True)
         if DEVICE_PLUGIN_DIR.is_dir():  # plugins' sockets: their processes died with that run
@@ -389,6 +425,7 @@ class RealNode:
         if bridge and Path(f"/sys/class/net/{bridge}").exists():
             subprocess.run(["ip", "link", "delete", bridge], capture_output=True)
         shutil.rmtree(CNI_STATE, ignore_errors=True)
+        remove_kubelet_chains()
         for leftover in (DEVICE_PLUGIN_DIR / "kubelet.sock", CHECKPOINT):
             leftover.unlink(missing_ok=True)
         if self._made_var_lib_kubelet:
@@ -432,4 +469,5 @@ class RealNode:
         bridge = self.facts.get("bridge")
         if bridge and Path(f"/sys/class/net/{bridge}").exists():
             found.append(f"interface {bridge}")
+        found += [f"iptables chain {c}" for c in kubelet_chains()]
         return found

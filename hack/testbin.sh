@@ -113,7 +113,7 @@ new_module() {
 
 verify() {
     local b=$1 out
-    if [[ $b == helm || $b == ctr ]]; then
+    if [[ $b == helm ]]; then
         out=$("$OUT/$b" version 2>&1) || die "$OUT/$b version failed: $(head -n1 <<<"$out")"
     else
         out=$("$OUT/$b" $([[ $b == containerd-shim-runc-v2 ]] && echo -v || echo --version) 2>&1) || die "$OUT/$b --version failed: $(head -n1 <<<"$out")"
