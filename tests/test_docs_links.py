@@ -1,4 +1,4 @@
-"""Every relative link and image in README.md and docs/*.md points at a file of the repository, and every `#anchor`
+"""Every relative link and image in README.md, docs/*.md and the chart's and simgpu's READMEs points at a file of the repository, and every `#anchor`
 at a heading of its page (as GitHub names them), so a clone's documentation leads nowhere outside itself; and no
 tracked file outside tests/ cites the design notes and references that live outside the repository."""
 from __future__ import annotations
@@ -12,7 +12,8 @@ from urllib.parse import unquote
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "charts" / "fgpu" / "README.md",
+         REPO / "simgpu" / "README.md"]
 LINK = re.compile(r"!?\[(?:[^\]\[]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.S | re.M)
 CODE = re.compile(r"(`+)(?!`).*?(?<!`)\1(?!`)", re.S)
