@@ -1,7 +1,7 @@
 """fgpu's scheduler (the `fgpu operator` process) against the real kube-scheduler on one control plane of KWOK
 nodes: pods bound per second, create->bound latency (p50/p99), and the scheduler's memory and CPU.
 
-Starts etcd + kube-apiserver + KWOK from $FGPU_TESTBIN (tests/e2e/kubeplane.py); the operator runs as in the
+Starts etcd + kube-apiserver + KWOK from $FGPU_TESTBIN (devcluster/kubeplane.py); the operator runs as in the
 e2e tests (tests/e2e/operator_proc.py). In order:
 
 1. Small case (skip with --no-small, run alone with --small): 1,000 fractional pods on 100 nodes through fgpu,
@@ -51,6 +51,8 @@ apiserver_request_total for write verbs, before and after each run, per bound po
 `POST pods` left out): what binding a pod costs the apiserver, beside the scheduler's own CPU (KWOK's
 `PATCH pods/status`, which makes a bound pod Running, is counted there too). Everything shares this
 machine's CPUs (and, on a shared machine, other people's work): rates and latencies are noisy.
+
+The command is this file; what it runs on is bench/lib/ (options, load, procs, metrics, cluster, report).
 
     FGPU_TESTBIN=$(hack/testbin.sh | tail -n1) .venv/bin/python bench/scheduler.py [--quick]
         [--nodes 1000] [--gpus-per-node 8] [--pods 5000] [--settings default,500/1000] [--modes fast,rate]
