@@ -23,7 +23,7 @@ step() { echo "==> $*"; }
 need() {
   local missing=()
   for tool in "$@"; do command -v "$tool" >/dev/null 2>&1 || missing+=("$tool"); done
-  [ ${#missing[@]} -eq 0 ] || die "needs ${missing[*]} on PATH (see README.md, Quick start on kind / minikube)"
+  [ ${#missing[@]} -eq 0 ] || die "needs ${missing[*]} on PATH (see docs/deploy.md, kind or minikube)"
 }
 
 build_image() {

@@ -3,7 +3,7 @@ kube-controller-manager, kube-scheduler and KWOK, each a child process on loopba
 
 No pytest here (tests/e2e/conftest.py wraps it in fixtures), so the lifecycle can be read and reused on its
 own. Binaries come from the directory `make testbin` prints (env FGPU_TESTBIN). Why the flags are what they
-are: DESIGN.md §5 and docs/testing.md.
+are: docs/testing.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build (or reuse) the Kubernetes control plane the e2e tests run against: kube-apiserver,
 # kube-controller-manager, kube-scheduler, kubelet, etcd, kwok and helm, compiled from their Go modules with the
-# machine's Go toolchain and module proxy (DESIGN.md §5). Nothing is written inside the repository.
+# machine's Go toolchain and module proxy (docs/testing.md). Nothing is written inside the repository.
 #
 #   cache:  ${FGPU_CACHE:-$HOME/.cache/fgpu}/testbin/<pinned versions>/   (the executables + .stamp)
 #           Only what is missing there is built: a cache made before kubelet joined the set keeps its
