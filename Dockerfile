@@ -34,6 +34,10 @@ FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="fgpu" \
       org.opencontainers.image.description="Fractional GPUs for Kubernetes: operator, device plugin, simgpu node daemon and workload client" \
       org.opencontainers.image.licenses="Apache-2.0"
+# the non-root user below needs a passwd entry: Kopf names its peering identity by getpass.getuser(), which
+# fails on a uid the image does not know (the operator crash-looped on its first real node without it)
+RUN echo 'fgpu:x:65532:65532:fgpu:/nonexistent:/usr/sbin/nologin' >> /etc/passwd \
+ && echo 'fgpu:x:65532:' >> /etc/group
 COPY --from=build /opt/fgpu /opt/fgpu
 ENV PATH=/opt/fgpu/bin:/usr/local/bin:/usr/bin:/bin \
     PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 MPLCONFIGDIR=/tmp/matplotlib

@@ -158,8 +158,9 @@ def serve(state: Path, testbin: Path, node: Path, image: Path | None, kwok_nodes
             time.sleep(0.5)
         print("stopping", flush=True)
         return 0
-    except (ComponentError, NodeSetupError, ClusterError) as e:
-        (state / "failed.txt").write_text(f"{e}\n{cluster.node.log_tails() if cluster.node.components else ''}")
+    except Exception as e:  # noqa: BLE001 - whatever stopped it, `up` reports it in one place
+        (state / "failed.txt").write_text(f"{type(e).__name__}: {e}\n"
+                                          f"{cluster.node.log_tails() if cluster.node.components else ''}")
         print(f"cluster failed: {e}", flush=True)
         return 1
     finally:
@@ -173,6 +174,8 @@ def up(state: Path, kwok_nodes: int, image: bool, say=print, timeout: float = 90
         raise ClusterError(f"a cluster is already up in {state} (KUBECONFIG={state / 'kubeconfig'}); "
                            "`make cluster-down` first")
     down(state, say=lambda m: say(f"an earlier cluster was left behind: {m}"))
+    for old in ("data", "plane", "logs"):  # a fresh cluster: no etcd data, certificates or logs of the last one
+        shutil.rmtree(state / old, ignore_errors=True)
     state.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     parts = prepare(image)

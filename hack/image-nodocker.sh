@@ -123,6 +123,8 @@ trap 'bah rm "$ctr" >/dev/null 2>&1 || true' EXIT
 run() { bah run --isolation chroot "$ctr" -- "$@"; }
 ids=$(run python -c 'import os; print(os.getuid(), os.getgid())') || die "python does not run in $IMAGE"
 [[ $ids == "65532 65532" ]] || die "a process in $IMAGE runs as uid/gid '$ids', not 65532 65532"
+name=$(run python -c 'import getpass; print(getpass.getuser())') || die "uid 65532 has no passwd entry in $IMAGE (getpass.getuser() fails: Kopf needs it)"
+[[ $name == fgpu ]] || die "uid 65532 is '$name' in $IMAGE, not fgpu"
 for cmd in "fgpu --help" "fgpu-device-plugin --help" "kubectl-fgpu --help" "simgpu daemon --help" "simgpu run --help"; do
     # shellcheck disable=SC2086
     out=$(run $cmd 2>&1) || die "'$cmd' fails in $IMAGE: $(tail -n1 <<<"$out")"
