@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from devcluster import pidfiles
-from devcluster.kubeplane import ComponentError, ControlPlane, TestbinError, cleanup_kube_proxy, find_testbin
+from devcluster.kubeplane import ControlPlane, TestbinError, cleanup_kube_proxy, find_testbin
 from devcluster.node import NodeSetupError, RealNode, host_ip, node_dir
 
 REPO = Path(__file__).resolve().parents[1]
@@ -210,7 +210,9 @@ def down(state: Path, say=print, timeout: float = 180) -> list[str]:
     """Signal the supervisor and wait for its teardown; then clear whatever a killed one left. Returns what
     is still alive (nothing, normally)."""
     was_up = pidfiles.alive(state, SUPERVISOR)
-    pidfiles.stop_all(pidfiles.files(state), grace=timeout)
+    # the supervisor alone: it drains the node and stops its children in order (a signal to the whole group would
+    # stop the kubelet and containerd before they could take the pods' containers down)
+    pidfiles.stop_all(pidfiles.files(state), grace=timeout, group=False)
     left = pidfiles.still_alive(state)
     facts = {}
     with contextlib.suppress(OSError, ValueError):

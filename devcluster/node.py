@@ -146,6 +146,24 @@ def remove_kubelet_chains() -> None:
                     subprocess.run([binary, "-w", "-t", table, "-X", line.split()[1]], capture_output=True)
 
 
+def _kill_cgroup_processes(cgroups) -> None:
+    """SIGKILL every process left in the pods' cgroups: a container outlives its shim when the shim is killed
+    first (it is reparented to init), so its cgroup is what still names it."""
+    for cgroup in cgroups:
+        for procs in cgroup.rglob("cgroup.procs"):
+            with contextlib.suppress(OSError):
+                for pid in procs.read_text().split():
+                    with contextlib.suppress(ProcessLookupError, ValueError):
+                        os.kill(int(pid), signal.SIGKILL)
+
+
+def _read_pids(path: Path) -> list[str]:
+    try:
+        return path.read_text().split()
+    except OSError:
+        return []
+
+
 def _probe_processes() -> list[int]:
     """Processes running the probe image's program (a pod's container or a sandbox that outlived its pod)."""
     pids = []
@@ -223,6 +241,7 @@ class RealNode:
         for pid in _probe_processes():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        _kill_cgroup_processes(Path("/").glob(CGROUPS.lstrip("/")))  # any other image's containers
         deadline = time.monotonic() + 10
         while _probe_processes() and time.monotonic() < deadline:  # gone before their cgroups are removed
             time.sleep(0.1)
@@ -414,6 +433,8 @@ class RealNode:
         for pid in _shims(self.sock):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        _kill_cgroup_processes(self._new_cgroups())
+        time.sleep(0.2)  # the kernel reaps them before their cgroups can go
         self._unmount_all()
         _remove_cgroups(self._new_cgroups())  # empty by now: runc removed each container's own
         for ns in self._new_netns():
@@ -466,6 +487,8 @@ class RealNode:
         if self._made_var_lib_kubelet and Path("/var/lib/kubelet").exists():
             found.append("directory /var/lib/kubelet")
         found += [f"container process pid {pid}" for pid in _probe_processes()]
+        found += [f"container process pid {pid} (cgroup {cg})" for cg in self._new_cgroups()
+                  for procs in cg.rglob("cgroup.procs") for pid in _read_pids(procs)]
         bridge = self.facts.get("bridge")
         if bridge and Path(f"/sys/class/net/{bridge}").exists():
             found.append(f"interface {bridge}")

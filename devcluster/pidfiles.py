@@ -52,13 +52,14 @@ def still_alive(state: Path) -> list[str]:
     return [f"{p.stem} (pid {ours(p)})" for p in files(state) if ours(p) is not None]
 
 
-def stop_all(pidfiles: list[Path], grace: float = 15) -> None:
-    """SIGTERM each one's process group at once, wait for them together, SIGKILL what is left."""
+def stop_all(pidfiles: list[Path], grace: float = 15, group: bool = True) -> None:
+    """SIGTERM each one's process group at once (`group=False`: the process alone, for a supervisor that stops
+    its children in order itself), wait for them together, SIGKILL each group that is left."""
     for pidfile in pidfiles:
         pid = ours(pidfile)
         if pid is not None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGTERM)
+                (os.killpg if group else os.kill)(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
         left = [p for p in pidfiles if ours(p) is not None]

@@ -109,6 +109,9 @@ EOF
 mv "$NODE_DIR/containerd.toml.tmp" "$NODE_DIR/containerd.toml"
 
 # ---- CNI: one bridge, host-local addresses (state on tmpfs: a reboot forgets stale leases) --------------
+# isDefaultGateway: pods get a default route through the bridge, or a Service's ClusterIP (off the pod subnet)
+#   is "network unreachable" from inside (the chart's operator could not reach the apiserver's Service);
+# hairpinMode: a pod reaching itself through a Service gets the packet back on its own port.
 cat >"$NODE_DIR/net.d/10-fgpu-e2e.conflist.tmp" <<EOF
 {
   "cniVersion": "0.4.0",
@@ -118,6 +121,8 @@ cat >"$NODE_DIR/net.d/10-fgpu-e2e.conflist.tmp" <<EOF
       "type": "bridge",
       "bridge": "$BRIDGE",
       "isGateway": true,
+      "isDefaultGateway": true,
+      "hairpinMode": true,
       "ipMasq": false,
       "ipam": {
         "type": "host-local",

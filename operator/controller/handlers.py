@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from dataclasses import dataclass
 
 import kopf
@@ -85,6 +86,19 @@ async def initial_sync(api: ApiSession, scheduler: Scheduler, policy: PolicyWatc
             raise kopf.PermanentError(f"cannot list {path}: {out}")
         for item in out.body.get("items", []):
             feed("ADDED", item)
+
+
+@kopf.on.login()
+def login(**kwargs) -> kopf.ConnectionInfo | None:
+    """In a pod, log Kopf in as client-go's InClusterConfig does (and as this operator's own writer does:
+    kube.config.in_cluster): the apiserver at KUBERNETES_SERVICE_HOST:PORT, the `kubernetes` Service's ClusterIP.
+    Kopf's built-in service-account login dials https://kubernetes.default.svc, a name only cluster DNS resolves:
+    on a cluster without it (the first real node the chart ran on) the operator never got to watch anything.
+    Outside a pod, Kopf's kubeconfig login as before."""
+    if not os.environ.get("KUBECONFIG") and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        with contextlib.suppress(kubeconfig.ConfigError, OSError):
+            return kubeconfig.in_cluster(kubeconfig.SERVICE_ACCOUNT_DIR).info
+    return kopf.login_with_kubeconfig(**kwargs)
 
 
 @kopf.on.startup()
