@@ -217,15 +217,20 @@ def test_a_fractional_pods_workload_runs_against_the_daemon_pod(cluster, core):
     running(core, "share-a")
     log, report = first_report(core, "share-a")
     TIMINGS["apply_to_first_output_s"] = round(time.monotonic() - t0, 1)
-    # what the daemon gave it: the A100's SMs cut to 0.3 and an 8 GiB quota
-    assert "A100-80GB" in log and "quota 8192 MiB" in log, log
-    sms = visible_sms(log)
-    assert sms == round(0.3 * 108), log  # the fraction's share of the A100's 108 SMs
-    predicted = predicted_it_per_s("A100-80GB", sms)
-    TIMINGS["share_a_it_per_s"] = round(report["it_per_s"], 2)
-    TIMINGS["predicted_it_per_s"] = round(predicted, 2)
-    # emulated time: the rate is the model's, whatever the 2-CPU host is doing (alone on its GPU here)
-    assert report["it_per_s"] == pytest.approx(predicted, rel=0.02), (report, predicted)
+    # what the daemon gave it: an A100 with an 8 GiB quota, its compute capped at the 0.3 share (HAMi-core's SM
+    # limit: time-sliced, a capped context waits out the rest of each turn)
+    assert "A100-SXM4-80GB" in log and "quota 8192 MiB" in log, log
+    solo = predicted_it_per_s("A100-80GB", visible_sms(log))
+    # the cap is a time average (a first turn runs before its first wait): judge the rate over 10 s of it
+    report = wait_for(lambda: next((r for r in reports(core, "share-a") if r["virtual_s"] >= 10), None), 60,
+                      "share-a's report after 10 emulated seconds")
+    TIMINGS["share_a_it_per_s"] = round(report["it_per_s"], 1)
+    TIMINGS["predicted_solo_it_per_s"] = round(solo, 1)
+    TIMINGS["share_a_of_predicted_share"] = round(report["it_per_s"] / (0.3 * solo), 3)
+    # the cap holds: far below what the model predicts for the A100 alone (~1.0 of it uncapped), near 0.3 of it
+    # (the closing note of issue 33 reports the ratio; the emulated clock also counts this process's host gaps)
+    assert 0 < report["it_per_s"] < 0.5 * solo, (report, solo)
+    assert report["progress_rate"] == pytest.approx(1.0, abs=0.02)  # alone on its GPU: no co-runner slowed it
 
 
 def test_a_second_pod_shares_the_same_gpu(core):
