@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from fgpu_contracts.cli import number
+from fgpu_contracts.extras import need
 from simgpu.catalog import all_gpus, get_gpu
 from simgpu.errors import SimgpuError
 from simgpu.perf.params import params_for
@@ -34,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-mps", action="store_true", help="skip the MPS measurements")
     p.add_argument("--max-fit-evals", type=number(int, lo=1), default=60,
                    help="least-squares evaluations per starting point (default 60); a fit that needs more says so")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, extra="plan")
 
 
 def match_catalog(info: dict, override: str | None):
@@ -129,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
             raise SimgpuError("--host measures this machine; it takes no --from-measurements",
                               field="from_measurements", allowed=["--host alone"])
         return run_host(args)
+    need("scipy")  # the fit's, checked before any measuring
     if args.from_measurements:
         try:
             meas = json.loads(Path(args.from_measurements).read_text())
