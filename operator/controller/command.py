@@ -73,12 +73,6 @@ def run(args: argparse.Namespace) -> int:
     import kopf
     import uvloop
 
-    from ..kopf_acyclic import make_kopf_bodies_acyclic
-    from ..kopf_fast import speed_up_kopf
-
-    make_kopf_bodies_acyclic()  # before Kopf makes its first Body
-    speed_up_kopf()
-
     from . import handlers
 
     if args.kubeconfig:
@@ -103,6 +97,9 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per watch event otherwise
+    from ..kopf_patches import apply_kopf_patches
+
+    apply_kopf_patches()  # before Kopf makes its first Body; a Kopf they were not tested on runs as shipped
     server = _serve_metrics(handlers, args.metrics_port) if args.metrics_port else None
     # uvloop: the event loop, TLS and socket I/O in C. The operator is one thread that the apiserver, etcd and
     # the node agents out-compete for CPU on a busy control-plane host; what each pod costs it sets the rate.

@@ -10,6 +10,7 @@ from fgpu_operator.placement.errors import PlacementInputError
 from fgpu_operator.placement.policies import DEFAULT_POLICY, POLICY_NAMES
 
 from fgpu_contracts.cli import check_writable, number
+from fgpu_contracts.extras import need
 
 DEFAULT_SEEDS = "42-51"
 DEFAULT_TUNE = 1.3
@@ -118,7 +119,7 @@ def register(subparsers) -> None:
     p.add_argument("--plot", metavar="FILE.png", help="write allocation/fragmentation curves to FILE.png")
     p.add_argument("--workers", type=number(int, lo=1, hi=1024), default=os.cpu_count() or 1, metavar="N",
                    help="processes to use (default: all CPUs)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, extra="plan")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -140,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
         if args.seeds is not None:
             raise PlacementInputError(f"timeline mode runs one seed (got --seeds {args.seeds})", field="--seeds",
                                       allowed=["--seed N"])
+    need(*(["matplotlib"] if args.plot else []), *(["scipy"] if args.ceiling else []))
     pods = args.pods or [None]
     labels = trace_labels(pods)
     if args.mode == "timeline":
