@@ -68,7 +68,7 @@ def best_fit_gpus(cluster: Cluster, request: Request, node: int, spread: bool = 
         if request.num_gpu == 1:  # the replay's hot path
             return (int(fits[np.argmax(left) if spread else np.argmin(left)]),)
         order = np.argsort(-left if spread else left, kind="stable")[: request.num_gpu]
-        return tuple(int(g) for g in fits[order])
+        return tuple(sorted(int(g) for g in fits[order]))
     return tuple(int(g) for g in fits[: request.num_gpu])
 
 

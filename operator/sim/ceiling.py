@@ -169,6 +169,12 @@ def summarise_ceilings(nodes: Sequence[NodeSpec], traces: Sequence[Trace], seeds
     """Per trace: mean ceilings over `seeds` (each seed: two exact packings, a few seconds, and the
     non-refusing program, tens of seconds to minutes); `on_done` is
     called after each packing with what it was ("default seed 42")."""
+    for trace in traces:
+        several = sum(1 for r in trace.requests if r.is_share and r.num_gpu > 1)
+        if several:
+            raise PlacementInputError(f"trace {trace.name}: {several} pod(s) ask for a share on several GPUs, and "
+                                      "the ceiling's packings model each share on one GPU", field="--ceiling",
+                                      allowed=["traces whose shares are on one GPU each, as openb's"])
     jobs = [(list(nodes), trace, seed, tune) for trace in traces for seed in seeds]
     if workers > 1 and len(jobs) > 1:
         from concurrent.futures import ProcessPoolExecutor
