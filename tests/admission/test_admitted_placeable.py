@@ -117,7 +117,7 @@ def kubeshare_labels(draw) -> dict:
 
 @st.composite
 def gpu_pods(draw) -> dict:
-    """A pod as a user of one peer (sometimes two) would write it."""
+    """A pod as a user of one peer (sometimes two) would write it, sometimes with an init container."""
     names = [f"c{i}" for i in range(draw(st.integers(1, 3)))]
     containers = [{"name": n, "image": "cuda"} for n in names]
     annotations, labels, scheduler = {}, {}, draw(st.sampled_from([None, keys.SCHEDULER_NAME, "hami-scheduler"]))
@@ -137,6 +137,13 @@ def gpu_pods(draw) -> dict:
             labels |= draw(kubeshare_labels())
             scheduler = "kubeshare-scheduler"
     spec = {"containers": containers} | ({"schedulerName": scheduler} if scheduler else {})
+    if draw(st.integers(0, 4)) == 0:  # an init container, asking for GPUs of its own or not
+        init = {"name": "warmup", "image": "cuda"}
+        if limits := draw(container_resources()):
+            init["resources"] = {"limits": limits}
+        spec["initContainers"] = [init]
+        if draw(st.booleans()):
+            annotations[keys.FGPU_CONTAINER] = "warmup"
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "p", "namespace": "ns", "uid": "uid-p", "annotations": annotations,
                          "labels": labels}, "spec": spec}
@@ -172,7 +179,7 @@ def roomy_node(request: GpuRequest, pod: dict) -> NodeSpec:
             slot = MigSlot(uuid, shape.mig_profile, inst.mem_bytes // MIB, inst.sms)
             gpus.append(GpuInfo(f"GPU-mig-{i}", spec.name, spec.mem_bytes // MIB, spec.sms, mig=(slot,)))
     resources: dict[str, int] = {}
-    for c in pod["spec"]["containers"]:
+    for c in pod["spec"]["containers"] + pod["spec"].get("initContainers", []):
         for key in ((c.get("resources") or {}).get("limits") or {}):
             if key.startswith("nvidia.com/"):
                 resources[key] = SPLIT * count
