@@ -147,3 +147,8 @@ def test_kubeshare_affinity_keeps_the_groups_gpu_and_the_policy_picks_the_rest(p
 def test_a_share_on_several_gpus_is_not_placed_on_fewer_whatever_their_room():
     c = node_with_rooms([1000])  # one empty GPU could hold both halves, but they must be different GPUs
     assert not filter_nodes(c, HALF_ON_TWO).any()
+
+
+def test_hamis_gpu_policy_spread_takes_the_emptiest_gpus_under_any_node_policy():
+    spread = Request("tp", 1000, num_gpu=2, gpu_milli=500, constraints=Constraints(gpu_policy="spread"))
+    assert {placed(p, [1000, 700, 600, 1000], spread) for p in LIVE_POLICIES} == {(0, 3)}
