@@ -38,7 +38,7 @@ def test_hami_half_of_two_gpus_is_bound_to_both_and_allocated_both(k8s, namespac
             pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "tp"},
                    "spec": {"nodeSelector": {"fgpu-e2e": "multi-gpu"}, "containers": [{
                        "name": "model", "image": "vllm/vllm-openai",
-                       "resources": {"limits": {"nvidia.com/gpu": 2, "nvidia.com/gpumem-percentage": 50}}}]}}
+                       "resources": {"limits": {"nvidia.com/gpu": "2", "nvidia.com/gpumem-percentage": "50"}}}]}}
             created = create_admitted(core, namespace, pod)
             assert created.spec.scheduler_name == keys.SCHEDULER_NAME
             assert created.spec.containers[0].resources.limits == {"nvidia.com/gpu": "2"}
