@@ -152,3 +152,11 @@ def test_a_share_on_several_gpus_is_not_placed_on_fewer_whatever_their_room():
 def test_hamis_gpu_policy_spread_takes_the_emptiest_gpus_under_any_node_policy():
     spread = Request("tp", 1000, num_gpu=2, gpu_milli=500, constraints=Constraints(gpu_policy="spread"))
     assert {placed(p, [1000, 700, 600, 1000], spread) for p in LIVE_POLICIES} == {(0, 3)}
+
+
+def test_fgd_share_sets_beyond_the_limit_still_offer_the_fullest_and_the_emptiest_set():
+    left = np.array([100, 200, 300, 400, 500, 600, 700, 800, 900, 1000])
+    kept = share_sets(left, left >= 100, 4, limit=5)
+    assert 5 <= len(kept) <= 5 + 2  # C(10, 4) = 210 states, cut at the limit
+    assert (0, 1, 2, 3) in kept and (6, 7, 8, 9) in kept  # least room (binpack's) and most room (spread's)
+    assert all(len(set(s)) == 4 for s in kept)
