@@ -44,6 +44,7 @@ def mig_resource_name(profile: str) -> str:
 
 # --- fgpu's own request annotations -----------------------------------------------------------------------
 FGPU_FRACTION = "fgpu.io/gpu-fraction"  # 0 < f <= 1, or an integer count of whole GPUs
+FGPU_COUNT = "fgpu.io/gpu-count"  # devices, each on its own GPU with the share above (default 1)
 FGPU_MEMORY = "fgpu.io/gpu-memory"  # a quantity, e.g. 8Gi
 FGPU_SM = "fgpu.io/gpu-sm"  # SM share in percent (default: the fraction)
 FGPU_MODEL = "fgpu.io/gpu-model"  # comma-separated allowed models

@@ -10,6 +10,8 @@ from typing import Literal
 import pydantic
 from pydantic.alias_generators import to_camel
 
+from fgpu_contracts.errors import InputError
+
 MILLI = 1000  # a whole GPU in milli-GPU
 Priority = Literal["high", "low"]
 Source = Literal["fgpu", "hami", "kubeshare", "kai", "aliyun", "nvidia"]
@@ -25,9 +27,9 @@ class ContainerRequest(_Model):
 
     - a share of GPUs: `count` devices, each giving `milli_gpu` (1..1000) of compute time, `mem_bytes` (or
       `mem_pct` of the device) of memory and `sm_pct` of its SMs; `milli_gpu == 1000` is a whole GPU. Every
-      device of a container gets the same share (HAMi's `nvidia.com/gpu: 2` + `gpumem`, KAI's
-      `gpu-fraction-num-devices`); whether the scheduler places several devices of less than one GPU each
-      is the scheduler's call, not the contract's;
+      device of a container gets the same share, each on a different GPU of the node (HAMi's
+      `nvidia.com/gpu: 2` + `gpumem-percentage: 50`, KAI's `gpu-fraction-num-devices`, fgpu's
+      `fgpu.io/gpu-count`);
     - a MIG instance: `mig_profile` set, `count` instances of it (milli/memory/SM fields unused).
 
     A share asked by memory alone (HAMi `gpumem`, Aliyun `gpu-mem`, KAI `gpu-memory`) carries the webhook's
@@ -88,6 +90,35 @@ class GpuRequest(_Model):
         if len(set(names)) != len(names):
             raise ValueError("container names must be unique")
         return value
+
+
+def device_shape(request: GpuRequest) -> ContainerRequest:
+    """What each device of the pod gets (the first container's share, `count` 1): fgpu places one shape per
+    pod, on as many distinct GPUs (or MIG instances) as its containers ask in all. InputError naming the
+    containers when two ask for different shapes: the webhook refuses such a pod, the scheduler never
+    guesses."""
+    first = request.containers[0]
+    shape = first.model_copy(update={"container": "*", "count": 1})
+    for c in request.containers[1:]:
+        if c.model_copy(update={"container": "*", "count": 1}) != shape:
+            raise InputError(f"containers {first.container} and {c.container} ask for different GPU shares "
+                             f"({_shown(first)} vs {_shown(c)})", field="spec.containers",
+                             allowed=["one share (fraction, memory, SM limit or MIG profile) for every GPU "
+                                      "container of a pod"])
+    return shape
+
+
+def _shown(c: ContainerRequest) -> str:
+    if c.mig_profile:
+        return f"MIG {c.mig_profile}"
+    parts = [f"{c.milli_gpu} milli-GPU"]
+    if c.mem_bytes is not None:
+        parts.append(f"{-(-c.mem_bytes >> 20)} MiB")
+    if c.mem_pct is not None:
+        parts.append(f"{c.mem_pct}% memory")
+    if c.sm_pct is not None:
+        parts.append(f"{c.sm_pct}% SMs")
+    return ", ".join(parts)
 
 
 def dump_request(request: GpuRequest) -> str:

@@ -14,6 +14,7 @@ from fgpu_contracts.request import MILLI, ContainerRequest, GpuRequest
 
 from .config import AdmissionConfig
 from .gpus import memory_share_milli
+from .placeable import check_placeable
 from .podview import PodView
 from .quantity import show
 
@@ -100,9 +101,11 @@ def build(claims: list[Claim], view: PodView, config: AdmissionConfig) -> GpuReq
     order = [c.name for c in view.containers]
     try:
         containers = tuple(_container(n, per[n], view, config) for n in sorted(per, key=order.index))
-        return GpuRequest(containers=containers, **pod)
+        request = GpuRequest(containers=containers, **pod)
     except pydantic.ValidationError as err:  # a rule the spellings' own checks missed: still one line
         raise InputError(first_error(err), field="fgpu.io/request") from None
+    check_placeable(request, chosen)
+    return request
 
 
 def first_error(err: pydantic.ValidationError) -> str:

@@ -50,6 +50,7 @@ _EXACT = {NodeUnschedulable.reason: "NodeUnschedulable", NodeAffinity.reason: "N
           "node(s) had no GPU of the requested model": "GpuModel", "Insufficient GPU": "GpuFit",
           "Insufficient whole GPU": "GpuFit", "Insufficient GPU memory": "GpuFit"}
 _PREFIXES = (("node(s) had untolerated taint", "TaintToleration"), ("node(s) had no GPU allowed", "GpuFit"),
+             ("node(s) had fewer than", "GpuFit"),
              ("Insufficient nvidia.com/mig-", "MigSlot"), ("Insufficient ", "NodeResourcesFit"))
 _ORDER = {name: i for i, name in enumerate(REASONS)}
 

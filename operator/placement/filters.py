@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from .fit import COMPUTE, FULL, MEMORY, fitting_gpus
+from .fit import COMPUTE, FULL, KIND, MEMORY, fitting_gpus
 from .model import Cluster, NodeSpec, Request, SelectorTerm, Taint, Toleration
 
 Failures = list[tuple[str, np.ndarray]]
@@ -119,7 +119,9 @@ class GpuModel:
 
 
 class GpuFit:
-    """Enough GPUs that take this kind of request and have the share left (the fit rule in `fit`)."""
+    """Enough GPUs that take this kind of request and have the share left (the fit rule in `fit`). A request
+    for N devices needs N distinct such GPUs on the node; a node with fewer than N GPUs it may use at all
+    says so apart from one whose GPUs are merely busy."""
 
     name = "GpuFit"
 
@@ -131,17 +133,23 @@ class GpuFit:
 
     def failures(self, cluster: Cluster, request: Request, rows: np.ndarray) -> Failures:
         need = request.num_gpu
-        compute = fitting_gpus(cluster, request, rows, COMPUTE) < need
-        memory = ~compute & (fitting_gpus(cluster, request, rows, MEMORY) < need)
-        out = [(self._compute_reason(request), compute), ("Insufficient GPU memory", memory)]
+        few = fitting_gpus(cluster, request, rows, KIND) < need if need > 1 else np.zeros(
+            _count(cluster, rows), dtype=bool)
+        compute = ~few & (fitting_gpus(cluster, request, rows, COMPUTE) < need)
+        memory = ~few & ~compute & (fitting_gpus(cluster, request, rows, MEMORY) < need)
+        out = [(f"node(s) had fewer than {need} GPUs the pod may use", few),
+               (self._compute_reason(request), compute), ("Insufficient GPU memory", memory)]
         if request.constraints is not None:
-            rest = ~compute & ~memory & (fitting_gpus(cluster, request, rows, FULL) < need)
+            rest = ~few & ~compute & ~memory & (fitting_gpus(cluster, request, rows, FULL) < need)
             out.append(("node(s) had no GPU allowed by the pod's GPU UUID or sharing-group rules", rest))
         return out
 
     @staticmethod
     def _compute_reason(request: Request) -> str:
-        return "Insufficient GPU" if request.is_share or request.num_gpu > 1 else "Insufficient whole GPU"
+        if request.num_gpu > 1:
+            free = f"GPUs with {request.gpu_milli} milli-GPU free" if request.is_share else "free GPUs"
+            return f"node(s) had fewer than {request.num_gpu} {free}"
+        return "Insufficient GPU" if request.is_share else "Insufficient whole GPU"
 
 
 class MigSlot:

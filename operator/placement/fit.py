@@ -13,14 +13,16 @@ import numpy as np
 
 from .model import Cluster, Request
 
-#: Stages of the rule, in the order a failure is explained (each stage adds checks to the previous ones).
-COMPUTE, MEMORY, FULL = 0, 1, 2
+#: Stages of the rule, in the order a failure is explained (each stage adds checks to the previous ones):
+#: KIND is a GPU the request may use at all (kind, health, model), whatever it holds now.
+KIND, COMPUTE, MEMORY, FULL = 0, 1, 2, 3
 
 
 def gpu_fit(cluster: Cluster, request: Request, rows=slice(None), stage: int = FULL) -> np.ndarray:
-    """(M, G) mask over the GPUs of node `rows`: True where one device of the request fits."""
-    fits = cluster.gpu_left[rows] >= request.gpu_milli
-    fits &= (cluster.gpu_shareable if request.is_share else cluster.gpu_wholeable)[rows]
+    """(M, G) mask over the GPUs of node `rows`: True where one device of the request fits. A request for
+    several devices needs that many distinct fitting GPUs on one node (`fitting_gpus`)."""
+    usable = (cluster.gpu_shareable if request.is_share else cluster.gpu_wholeable)[rows]
+    fits = usable & (cluster.gpu_left[rows] >= request.gpu_milli) if stage >= COMPUTE else usable.copy()
     c = request.constraints
     if request.gpu_models or (c is not None and c.exclude_models):
         fits &= cluster.gpu_model_mask(request.gpu_models, c.exclude_models if c else ())[rows]

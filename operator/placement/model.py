@@ -1,9 +1,9 @@
 """The cluster and request model: plain data + numpy arrays, so policies can score every node at once.
 
 A node has CPU (milli-cores), host memory (MiB), a GPU model and per-GPU free capacity in milli-GPU (1000 = a
-whole GPU) and in GPU memory (MiB). A request asks for `num_gpu` GPUs with `gpu_milli` of each (below 1000 only
-for a single shared GPU), optionally GPU memory per GPU, a GPU-model constraint, CPU and host memory; or
-`num_gpu` MIG instances of one profile. Live nodes add GPU identities, health, sharing modes, MIG instances
+whole GPU) and in GPU memory (MiB). A request asks for `num_gpu` distinct GPUs of one node with `gpu_milli` of
+each (below 1000: a share of each, e.g. HAMi's `nvidia.com/gpu: 2` at 50% per device), optionally GPU memory
+per GPU, a GPU-model constraint, CPU and host memory; or `num_gpu` MIG instances of one profile. Live nodes add GPU identities, health, sharing modes, MIG instances
 and kube-scheduler's node facts (labels, taints, cordon, counted resources); live requests add `Constraints`.
 """
 from __future__ import annotations
@@ -89,8 +89,9 @@ class Request:
 
     @property
     def is_share(self) -> bool:
-        """A fraction of one GPU: the only case that may share a device with other pods."""
-        return self.num_gpu == 1 and 0 < self.gpu_milli < MILLI
+        """A fraction of each of its GPUs (one, or several distinct ones): the only case that may share a device
+        with other pods."""
+        return self.num_gpu > 0 and 0 < self.gpu_milli < MILLI and not self.mig_profile
 
     @property
     def is_mig(self) -> bool:

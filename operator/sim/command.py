@@ -161,6 +161,10 @@ def _run_replay(args, policies: list[str], seeds: list[int], pods: list[str | No
     tune = DEFAULT_TUNE if args.tune is None else args.tune
     nodes = load_nodes(args.nodes)  # validate inputs up front: one clear error before any work starts
     traces = [replace(load_pods(path), name=label) for path, label in zip(pods, labels, strict=True)]
+    if args.ceiling:
+        from .ceiling import check_bounded
+
+        check_bounded(traces)
     jobs = jobs_for(args.nodes, pods, policies, seeds, tune, labels)
     results = _with_progress(jobs, args.workers, run_jobs)
     summaries = summarise(results)

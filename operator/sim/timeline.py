@@ -285,17 +285,20 @@ class _Sharing:
         self.since[gpu] = now
 
     def join(self, p: Placement, now: float) -> None:
-        gpu = (p.node, p.gpus[0])
-        self._flush(gpu, now)
-        self.residents.setdefault(gpu, set()).add(p.request.name)
+        for g in p.gpus:
+            gpu = (p.node, g)
+            self._flush(gpu, now)
+            self.residents.setdefault(gpu, set()).add(p.request.name)
         gpu_milli = p.request.gpu_milli
         self.duty[p.request.name] = self.model.workload.duty_of(gpu_milli) if self.model else gpu_milli / MILLI
         self.acc.setdefault(p.request.name, [0.0, 0.0])
 
     def leave(self, p: Placement, now: float) -> float:
-        gpu = (p.node, p.gpus[0])
-        self._flush(gpu, now)
-        self.residents[gpu].discard(p.request.name)
+        """The pod's time-weighted slowdown; a share on several GPUs: weighted over its GPUs too."""
+        for g in p.gpus:
+            gpu = (p.node, g)
+            self._flush(gpu, now)
+            self.residents[gpu].discard(p.request.name)
         self.duty.pop(p.request.name, None)
         total, span = self.acc.pop(p.request.name)
         return total / span if span > 0 else 1.0

@@ -173,10 +173,10 @@ def load_pods(path: str | Path | None = None, *, need_times: bool = False) -> Tr
     milli = _int_column(rows, "gpu_milli", path, "--pods")
     created = _int_column(rows, "creation_time", path, "--pods", optional=True) if need_times else None
     deleted = _int_column(rows, "deletion_time", path, "--pods", optional=True) if need_times else None
-    over = [i for i, (n, m) in enumerate(zip(num, milli, strict=True), start=2) if m > MILLI or (n > 1 and 0 < m < MILLI)]
+    over = [i for i, m in enumerate(milli, start=2) if m > MILLI]
     if over:
-        raise PlacementInputError(f"{path}: gpu_milli must be at most 1000, and below 1000 only when num_gpu "
-                                  f"is 1; bad value in {_rows_named(over)}", field="--pods")
+        raise PlacementInputError(f"{path}: gpu_milli is per GPU, at most 1000; bad value in {_rows_named(over)}",
+                                  field="--pods", allowed=["0..1000 (num_gpu GPUs, each with gpu_milli of it)"])
     models = [tuple(m for m in (row.get("gpu_spec") or "").split("|") if m.strip()) for row in rows]
     unknown = [i for i, spec in enumerate(models, start=2) if any(m not in GPU_MEMORY_MIB for m in spec)]
     if unknown:

@@ -245,12 +245,13 @@ def test_several_gpu_containers_each_get_their_own_request():
     got = parse_pod(pod("""
         spec:
           containers:
-            - {name: trainer, resources: {limits: {nvidia.com/gpu: 2}}}
+            - {name: trainer, resources: {limits: {nvidia.com/gpu: 2, nvidia.com/gpumem: 8192}}}
             - {name: server, resources: {limits: {nvidia.com/gpu: 1, nvidia.com/gpumem: 8192}}}
             - {name: logs}
         """), CONFIG)
-    assert got.containers == (ContainerRequest(container="trainer", count=2),
-                              ContainerRequest(container="server", milli_gpu=100, mem_bytes=8 * GIB, sm_pct=100))
+    share = {"milli_gpu": 100, "mem_bytes": 8 * GIB, "sm_pct": 100}
+    assert got.containers == (ContainerRequest(container="trainer", count=2, **share),
+                              ContainerRequest(container="server", **share))
     assert got.source == "hami"
 
 

@@ -192,7 +192,7 @@ def test_whole_gpu_counts_take_whole_gpus_of_one_node(pods, gpu_node):
     assert sorted(d.uuid for d in two.devices["main"]) == ["GPU-whole-b-0", "GPU-whole-b-1"]
     assert {(d.milli, d.mem, d.sm) for d in two.devices["main"]} == {(1000, 80 * GIB, 100)}
     pods.create(kubeshare("ks-two", [a, b], request="2"))
-    pods.pending("ks-two", {"Insufficient GPU": 2})
+    pods.pending("ks-two", {"node(s) had fewer than 2 free GPUs": 2})
     pods.delete("small")
     placed = pods.placed("ks-two")
     assert placed.node == a and sorted(d.uuid for d in placed.devices["main"]) == ["GPU-whole-a-0", "GPU-whole-a-1"]

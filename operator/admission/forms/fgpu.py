@@ -1,6 +1,11 @@
 """fgpu's own annotations (`fgpu.io/*`): a fraction or a count of GPUs, memory, an SM limit or a MIG
 profile for one container (`fgpu.io/container`, default the first), plus the pod's priority, models, node
-policy, KubeShare-style groups and SLO."""
+policy, KubeShare-style groups and SLO.
+
+`fgpu.io/gpu-count: N` asks for N devices, each on a different GPU of one node, each with the share that
+`gpu-fraction` / `gpu-memory` / `gpu-sm` give (per device, as HAMi's resources are), or N MIG instances of
+`mig-profile`; alone it is N whole GPUs. `gpu-fraction: "2"` (a count of whole GPUs) is the same as
+`gpu-count: "2"` and must agree with it."""
 from __future__ import annotations
 
 from fgpu_contracts import keys
@@ -10,10 +15,10 @@ from ..config import AdmissionConfig
 from ..gpus import mig_profile, resolve_models
 from ..podview import PodView
 from ..quantity import parse_number, quantity_bytes, show, whole
-from .common import Claims, choice, fraction, group, note
+from .common import MAX_DEVICES, Claims, choice, fraction, group, note
 
 SOURCE = "fgpu"
-_SHARE_KEYS = (keys.FGPU_FRACTION, keys.FGPU_MEMORY, keys.FGPU_SM, keys.FGPU_MIG_PROFILE)
+_SHARE_KEYS = (keys.FGPU_FRACTION, keys.FGPU_COUNT, keys.FGPU_MEMORY, keys.FGPU_SM, keys.FGPU_MIG_PROFILE)
 _GROUPS = {keys.FGPU_AFFINITY: "affinity", keys.FGPU_ANTI_AFFINITY: "anti_affinity",
            keys.FGPU_EXCLUSION: "exclusion"}
 
@@ -27,6 +32,8 @@ def containers(view: PodView, config: AdmissionConfig) -> Claims:
         out.add("milli_gpu", milli, *got)
         if count is not None:
             out.add("count", count, *got)
+    if got := note(view, keys.FGPU_COUNT):
+        out.add("count", whole(parse_number(*got), *got, 1, MAX_DEVICES, "a device count"), *got)
     if got := note(view, keys.FGPU_MEMORY):
         out.add("mem_bytes", quantity_bytes(*got), *got)
     if got := note(view, keys.FGPU_SM):
