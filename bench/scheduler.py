@@ -1031,8 +1031,13 @@ def _interrupted(signum, frame) -> None:
 def main() -> int:
     args = parse_args()
     signal.signal(signal.SIGTERM, _interrupted)
-    from devcluster.kubeplane import ControlPlane, find_testbin
+    from devcluster.kubeplane import ControlPlane, TestbinError, find_testbin
 
+    try:  # before anything starts: a missing control plane is one line and exit 2, not a traceback
+        testbin = find_testbin(os.environ.get("FGPU_TESTBIN"))
+    except TestbinError as err:
+        print(f"bench/scheduler.py: {err}", file=sys.stderr)
+        return 2
     began = time.perf_counter()
     info = machine(args.operator_python)
     operator = (f", operator on {args.operator_python}: Python {info['operator_python_version']} "
@@ -1040,7 +1045,7 @@ def main() -> int:
     log(f"{info['cpus']} CPUs ({info['cpu_model']}, {info['cpu_mhz']} MHz), load average {' '.join(f'{x:.2f}' for x in info['loadavg'])}, git {info['git']}, "
         f"Python {info['python']} ({info['python_build']}){operator}")
     workdir = Path(tempfile.mkdtemp(prefix="fgpu-bench-sched-"))
-    plane = ControlPlane(find_testbin(os.environ.get("FGPU_TESTBIN")), workdir / "plane", workdir / "etcd")
+    plane = ControlPlane(testbin, workdir / "plane", workdir / "etcd")
     bench = Bench(plane, workdir, args)
     ok = False
     try:

@@ -46,7 +46,8 @@ def mig_resource_name(profile: str) -> str:
 FGPU_FRACTION = "fgpu.io/gpu-fraction"  # 0 < f <= 1, or an integer count of whole GPUs
 FGPU_MEMORY = "fgpu.io/gpu-memory"  # a quantity, e.g. 8Gi
 FGPU_SM = "fgpu.io/gpu-sm"  # SM share in percent (default: the fraction)
-FGPU_MODEL = "fgpu.io/gpu-model"  # comma-separated allowed models
+FGPU_MODEL = "fgpu.io/gpu-model"  # comma-separated allowed models (fgpu's rule: docs/requests.md)
+FGPU_MODEL_EXCLUDE = "fgpu.io/gpu-model-exclude"  # comma-separated excluded models
 FGPU_PRIORITY = "fgpu.io/priority"  # high | low
 FGPU_MIG_PROFILE = "fgpu.io/mig-profile"
 FGPU_POLICY = "fgpu.io/policy"  # per-pod placement policy

@@ -51,9 +51,9 @@ DENIALS = {
     'MIG beside whole GPUs': (
         'spec: {containers: [{name: main, resources: {limits: {nvidia.com/gpu: 1, nvidia.com/mig-1g.10gb: 1}}}]}',
         "spec.containers[main].resources[nvidia.com/gpu]: '1' cannot be combined with nvidia.com/mig-1g.10gb in one container (allowed: whole GPUs or MIG instances in one container, not both)"),
-    'unknown model': (
-        "metadata: {annotations: {fgpu.io/gpu-fraction: '0.5', fgpu.io/gpu-model: RTX-9090}}\nspec: {containers: [{name: main}]}",
-        "metadata.annotations[fgpu.io/gpu-model]: unknown GPU model 'RTX-9090' (allowed: P100, V100-16GB, V100, T4, A10, A30, A100-40GB, A100-80GB, H100, H100-PCIE, H200, L4, L40S)"),
+    'malformed model': (
+        "metadata: {annotations: {fgpu.io/gpu-fraction: '0.5', fgpu.io/gpu-model: 'A100;rm -rf'}}\nspec: {containers: [{name: main}]}",
+        "metadata.annotations[fgpu.io/gpu-model]: 'A100;rm -rf' is not a GPU model name (allowed: comma-separated GPU model names (letters, digits, spaces, ._+()-), e.g. A100,H100-PCIe)"),
     'bad priority': (
         "metadata: {annotations: {fgpu.io/gpu-fraction: '0.5', fgpu.io/priority: urgent}}\nspec: {containers: [{name: main}]}",
         "metadata.annotations[fgpu.io/priority]: 'urgent' is not supported (allowed: high, low)"),

@@ -59,12 +59,21 @@ def test_gpu_model_chosen_and_avoided_in_each_spelling(pods, gpu_node):
         "kubeshare-h100": (kubeshare("kubeshare-h100", on, **{keys.KUBESHARE_MODEL: "H100"}), h100),
         "hami-nouse-h100": (pod("hami-nouse-h100", on, annotations={keys.HAMI_NOUSE_TYPE: "H100"},
                                 limits=HAMI_SHARE), a100),
+        # HAMi's substring rule: A10 is part of "NVIDIA-NVIDIA A100-SXM4-40GB" (fgpu's own rule would say no)
+        "hami-use-a10": (pod("hami-use-a10", on, annotations={keys.HAMI_USE_TYPE: "a10"}, limits=HAMI_SHARE), a100),
+        "fgpu-not-a100": (share("fgpu-not-a100", on, **{keys.FGPU_MODEL_EXCLUDE: "A100"}), h100),
     }
     for name, (body, node) in cases.items():
         pods.create(body)
         assert pods.placed(name).node == node, name
+    # a deny-list naming a model fgpu does not know excludes nothing: admitted and placed
+    pods.create(pod("hami-nouse-b200", on, annotations={keys.HAMI_NOUSE_TYPE: "B200"}, limits=HAMI_SHARE))
+    assert pods.placed("hami-nouse-b200").node in on
+    # an allow-list naming a model no node has: Pending, the reason naming it (a node may join with one)
     pods.create(share("fgpu-l4", on, **{keys.FGPU_MODEL: "L4"}))
-    pods.pending("fgpu-l4", {"node(s) had no GPU of the requested model": 2})
+    pods.pending("fgpu-l4", {"GPU model not in [L4]": 2})
+    pods.create(pod("hami-b200", on, annotations={keys.HAMI_USE_TYPE: "B200"}, limits=HAMI_SHARE))
+    pods.pending("hami-b200", {"GPU model not in [B200]": 2})
 
 
 def test_gpu_uuid_chosen_and_avoided(pods, gpu_node):
