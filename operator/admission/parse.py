@@ -14,7 +14,7 @@ from fgpu_contracts.request import GpuRequest
 
 from .claims import build
 from .config import DEFAULT_CONFIG, AdmissionConfig
-from .forms import container_claims, hint_claims, refuse_foreign
+from .forms import container_claims, hint_claims, refuse_foreign, refuse_zero_beside_share
 from .handoff import check_create
 from .podview import PodView
 
@@ -40,6 +40,7 @@ def classify_pod(pod: dict, config: AdmissionConfig = DEFAULT_CONFIG) -> Classif
     if view.node_name:
         return Classified(None, "spec.nodeName is set: the pod is placed already", scheduler)
     claims = container_claims(view, config)
+    refuse_zero_beside_share(view, config, claims)
     if not claims:
         if ours:
             refuse_foreign(view)

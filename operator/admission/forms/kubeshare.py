@@ -36,6 +36,10 @@ def containers(view: PodView, config: AdmissionConfig) -> Claims:
                              field=label_field(key), allowed=_ALLOWED)
     req, lim = parse_number(*request, allowed=_ALLOWED), parse_number(*limit, allowed=_ALLOWED)
     if req == 0 and lim == 0:
+        if mem and parse_number(*mem) != 0:  # KubeShare would drop the memory; a pod asking none gets none
+            raise InputError(f"{show(mem[0])} bytes of GPU memory, but {request[1]}={show(request[0])} and "
+                             f"{limit[1]}={show(limit[0])} ask for no GPU", field=mem[1],
+                             allowed=["a request and limit above 0", "or no gpu_mem"])
         return Claims(SOURCE)  # KubeShare: a regular pod
     if req == 0:
         raise InputError(f"{show(request[0])} guarantees no share: KubeShare's opportunistic pods are not supported",
