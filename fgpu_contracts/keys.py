@@ -56,6 +56,14 @@ FGPU_ANTI_AFFINITY = "fgpu.io/anti-affinity"
 FGPU_EXCLUSION = "fgpu.io/exclusion"
 FGPU_SLO_SLOWDOWN = "fgpu.io/slo-slowdown"  # a high-priority pod's slowdown bound (default 1.2)
 FGPU_CONTAINER = "fgpu.io/container"  # which container the annotations' share is for (default: the first)
+#: Every `fgpu.io/` annotation a pod may carry: fgpu's request spelling, the canonical request (read back),
+#: and the hand-offs (known, but only fgpu's components write them). Any other `fgpu.io/` key on a pod, as an
+#: annotation, a label or a resource, is a mistake the webhook refuses (a typo would otherwise be ignored).
+POD_ANNOTATIONS = (FGPU_FRACTION, FGPU_MEMORY, FGPU_SM, FGPU_MODEL, FGPU_MODEL_EXCLUDE, FGPU_PRIORITY,
+                   FGPU_MIG_PROFILE, FGPU_POLICY, FGPU_AFFINITY, FGPU_ANTI_AFFINITY, FGPU_EXCLUSION,
+                   FGPU_SLO_SLOWDOWN, FGPU_CONTAINER, *HANDOFF_KEYS)
+#: fgpu reads no label of its own on pods (its request keys are annotations).
+POD_LABELS: tuple[str, ...] = ()
 
 # --- HAMi ---------------------------------------------------------------------------------------------------
 HAMI_USE_UUID = "nvidia.com/use-gpuuuid"

@@ -16,6 +16,7 @@ from .claims import build
 from .config import DEFAULT_CONFIG, AdmissionConfig
 from .forms import container_claims, hint_claims, refuse_foreign, refuse_zero_beside_share
 from .handoff import check_create
+from .ownkeys import refuse_unknown_keys
 from .podview import PodView
 
 
@@ -29,10 +30,11 @@ class Classified:
 
 
 def classify_pod(pod: dict, config: AdmissionConfig = DEFAULT_CONFIG) -> Classified:
-    """Raises InputError (one line: field, value, what is allowed) for a request fgpu must refuse, and
-    handoff.HandoffError for hand-off annotations on a new pod."""
+    """Raises InputError (one line: field, value, what is allowed) for a request fgpu must refuse or an
+    unknown `fgpu.io/` key, and handoff.HandoffError for hand-off annotations on a new pod."""
     view = PodView(pod)
     check_create(view)
+    refuse_unknown_keys(view, config)  # whoever schedules it: fgpu's namespace is fgpu's alone
     scheduler = view.scheduler_name
     ours = scheduler == config.scheduler_name
     if not ours and scheduler not in config.takeover_schedulers:
