@@ -96,6 +96,8 @@ ALIYUN_MEMORY = "aliyun.com/gpu-mem"  # GiB by default (gpushare's unit is confi
 #: Scheduler names whose pods fgpu takes over (configurable): peers' schedulers, and GPU pods that name
 #: the default scheduler explicitly (HAMi's webhook does the same).
 TAKEOVER_SCHEDULERS = ("hami-scheduler", "kai-scheduler", "kubeshare-scheduler", "default-scheduler")
+#: What a scheduler name may be (a DNS subdomain, as Kubernetes validates spec.schedulerName's profiles).
+SCHEDULER_NAME_PATTERN = r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?"
 
 # --- the operator's own objects -------------------------------------------------------------------------------
 CRD_GROUP = GROUP
