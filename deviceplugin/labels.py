@@ -124,7 +124,7 @@ def inventory(cfg: NodeConfig, node_name: str, gpus: list[GpuDevice], resources:
             index=gpu.index, uuid=gpu.uuid, model=gpu.model, short_name=gpu.spec.short_name,
             mem_bytes=gpu.spec.mem_bytes, sms=gpu.spec.sms, sharing=gpu.sharing,
             replicas=cfg.fractional.split_count if gpu.sharing == "fractional" else gpu.replicas,
-            healthy=h.healthy, xid=h.xid,
+            healthy=h.healthy, xid=h.xid, pci_bus_id=gpu.pci_bus_id or None,
             mig=tuple(MigDevice(uuid=m.uuid, profile=m.profile, start=m.start, mem_bytes=m.mem_bytes, sms=m.sms,
                                 healthy=h.healthy and health.get(m.uuid, ok).healthy) for m in gpu.mig),
         )

@@ -120,8 +120,8 @@ class Exporter:
             for device, counters, profile, gi in targets:
                 if counters is None:  # a device that appeared after the window began: next window
                     continue
-                labels = (str(gpu.index), gpu.uuid, f"nvidia{gpu.index}", gpu.spec.name, node.node_name,
-                          node.node_name, profile, gi)
+                labels = (str(gpu.index), gpu.uuid, gpu.pci_bus_id, f"nvidia{gpu.index}", gpu.spec.name,
+                          node.node_name, node.node_name, profile, gi)
                 own = labels[:model] + labels[model + 1:]  # fgpu's series: the same but modelName
                 alive |= self._device(snap, device, counters, labels, own, health, evaluate=evaluate)
         for key in [k for k in self._series if k not in alive]:
