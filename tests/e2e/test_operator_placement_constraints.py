@@ -86,6 +86,25 @@ def test_gpu_uuid_chosen_and_avoided(pods, gpu_node):
     pods.pending("use-gone", {GROUP_RULES: 1})
 
 
+def test_a_pod_pinned_to_a_uuid_the_node_config_gives_lands_on_that_gpu(pods, gpu_node):
+    """The inventory is the device plugin's own, from a node config that mirrors a real node's GPUs."""
+    from deviceplugin.labels import inventory
+    from deviceplugin.resources import discover
+    from fgpu_contracts.inventory import dump_inventory
+    from simgpu.nodeconfig import parse_node_config
+
+    real = ["GPU-8d2f6b1e-3c4a-4b7e-9f10-1a2b3c4d5e6f", "GPU-77a1c0de-0000-4e11-8a22-abcdefabcdef"]
+    cfg = parse_node_config({"version": "v1", "gpus": [{"model": "H100", "count": 2, "sharing": "fractional",
+                                                       "uuids": real, "pciBusIds": ["0000:3b:00.0", "0000:86:00.0"]}]})
+    name = "real-uuids"
+    devices = cfg.gpu_devices(name)
+    n = gpu_node(name, dump_inventory(inventory(cfg, name, devices, discover(cfg, name), {})))
+    pods.create(pod("pinned", [n], annotations={keys.HAMI_USE_UUID: real[1]}, limits=HAMI_SHARE))
+    assert pods.placed("pinned").one().uuid == real[1]  # packing alone takes GPU 0 of two empty ones
+    pods.create(pod("avoid", [n], annotations={keys.HAMI_NOUSE_UUID: real[1]}, limits=HAMI_SHARE))
+    assert pods.placed("avoid").one().uuid == real[0]  # packing alone joins "pinned" on the fuller GPU
+
+
 def test_affinity_group_shares_a_gpu_that_spreading_would_not(pods, gpu_node):
     n = gpu_node("aff-n", fractional_inventory("aff-n", 2))
     spread = {keys.HAMI_GPU_POLICY: "spread"}
