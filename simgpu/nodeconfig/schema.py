@@ -232,20 +232,14 @@ class GpuGroup(ConfigModel):
 
     _replicas = pydantic.field_validator("replicas")(_replicas_in_range)
 
-    @pydantic.field_validator("uuids")
+    @pydantic.field_validator("uuids", "pci_bus_ids")
     @classmethod
-    def _uuid_form(cls, value: list[str] | None) -> list[str] | None:
-        bad = next((u for u in value or () if not _GPU_UUID.fullmatch(u)), None)
+    def _identity_form(cls, value: list[str] | None, info: pydantic.ValidationInfo) -> list[str] | None:
+        pattern, what, allowed = ((_GPU_UUID, "GPU UUID", UUID_ALLOWED) if info.field_name == "uuids"
+                                  else (_PCI_BUS_ID, "PCI bus id", PCI_ALLOWED))
+        bad = next((v for v in value or () if not pattern.fullmatch(v)), None)
         if bad is not None:
-            raise SimgpuError(f"{bad!r} is not a GPU UUID", allowed=[UUID_ALLOWED])
-        return value
-
-    @pydantic.field_validator("pci_bus_ids")
-    @classmethod
-    def _bus_id_form(cls, value: list[str] | None) -> list[str] | None:
-        bad = next((b for b in value or () if not _PCI_BUS_ID.fullmatch(b)), None)
-        if bad is not None:
-            raise SimgpuError(f"{bad!r} is not a PCI bus id", allowed=[PCI_ALLOWED])
+            raise SimgpuError(f"{bad!r} is not a {what}", allowed=[allowed])
         return value
 
     @pydantic.model_validator(mode="after")

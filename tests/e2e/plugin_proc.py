@@ -55,3 +55,12 @@ def running_plugin(k8s, node: str, config: str, secret: bytes, labels: dict[str,
             core.delete_node(node)
             print(log_path.read_text()[-3000:])
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def report_ready(core, node: str, gpu_slots: int) -> None:
+    """What the node's kubelet does once the plugin lists its devices: reports Ready, with capacity counting
+    ListAndWatch's devices; and what the node lifecycle controller then does: lifts the not-ready taint."""
+    capacity = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": str(gpu_slots)}
+    ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "stub kubelet"}
+    core.patch_node_status(node, {"status": {"capacity": capacity, "allocatable": capacity, "conditions": [ready]}})
+    core.patch_node(node, {"spec": {"taints": None}})

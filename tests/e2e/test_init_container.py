@@ -9,13 +9,12 @@ import json
 from pathlib import Path
 
 import pytest
-from operator_proc import start_operator, stop, wait_webhook_live
-from plugin_proc import running_plugin
+from operator_proc import create_admitted, operator_with_own_webhook, stop
+from plugin_proc import report_ready, running_plugin
 from polling import wait_for
 
 from devcluster import fgpu
 from devcluster.kubelets import ALLOCATED, Kubelets
-from devcluster.kubeplane import free_port
 from fgpu_contracts import keys
 from simgpu.token import verify_token
 
@@ -26,9 +25,6 @@ CONFIG = "version: v1\ngpus: [{model: A100-80GB, count: 1, sharing: fractional}]
 
 
 def test_kai_fraction_for_an_init_container_reaches_that_container(k8s, namespace, tmp_path):
-    from kubernetes import client
-    from kubernetes.client.rest import ApiException
-
     key = ("--handoff-key-file", str(fgpu.handoff_key_file(k8s.kubeconfig)))
     with running_plugin(k8s, NODE, CONFIG, SECRET, labels={"fgpu-e2e": "init"}, args=key) as (core, kubelet, cfg):
         wait_for(lambda: keys.INVENTORY in (core.read_node(NODE).metadata.annotations or {}), 30,
@@ -37,35 +33,17 @@ def test_kai_fraction_for_an_init_container_reaches_that_container(k8s, namespac
         kubelets = Kubelets(core, {NODE: Path(kubelet.dir)})
         node = kubelets.nodes[NODE]
         node.kubelet = kubelet  # the plugin registered with this one (running_plugin's)
-        slots = len(node.resources()["nvidia.com/gpu"])  # as ListAndWatch said: what the kubelet reports
-        capacity = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": str(slots)}
-        ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "stub kubelet"}
-        core.patch_node_status(NODE, {"status": {"capacity": capacity, "allocatable": capacity,
-                                                 "conditions": [ready]}})
-        node.reported = {"nvidia.com/gpu": slots}
-        core.patch_node(NODE, {"spec": {"taints": None}})
-        proc = start_operator(k8s, tmp_path, "--webhook-port", str(free_port()), "--webhook-host", "127.0.0.1",
-                              "--manage-webhook-config", "--trusted-user", "admin")
+        slots = len(node.resources()["nvidia.com/gpu"])
+        report_ready(core, NODE, slots)
+        node.reported = {"nvidia.com/gpu": slots}  # what Node.report_capacity would have written
+        proc = operator_with_own_webhook(k8s, core, namespace, tmp_path)
         try:
-            with k8s.api() as api:
-                reg = client.AdmissionregistrationV1Api(api)
-                wait_for(lambda: reg.list_mutating_webhook_configuration().items, what="webhook configuration")
-            wait_webhook_live(core, namespace)
             pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "prep-then-serve", "annotations": {
                        keys.KAI_FRACTION: "0.5", keys.KAI_CONTAINER: "prep"}},
                    "spec": {"schedulerName": "kai-scheduler", "nodeSelector": {"fgpu-e2e": "init"},
                             "initContainers": [{"name": "prep", "image": "busybox"}],
                             "containers": [{"name": "main", "image": "busybox"}]}}
-
-            def create():
-                try:
-                    return core.create_namespaced_pod(namespace, pod)
-                except ApiException as e:  # the webhook may answer a moment after its configuration exists
-                    if e.status == 400 and "fgpu" in (e.body or ""):
-                        raise
-                    return None
-
-            created = wait_for(create, what="the pod admitted")
+            created = create_admitted(core, namespace, pod)
             assert created.spec.scheduler_name == keys.SCHEDULER_NAME
             assert created.spec.init_containers[0].resources.limits == {"nvidia.com/gpu": "1"}  # the share's slot
             assert not (created.spec.containers[0].resources.limits or {})
