@@ -1,5 +1,6 @@
-"""GPU facts the webhook checks requests against, all from simgpu's catalog: model names (and each peer's
-way of naming them), MIG profiles, and the largest GPU's memory."""
+"""GPU facts the webhook checks requests against, from simgpu's catalog: MIG profiles and the largest GPU's
+memory; and the form of a GPU-model list (which GPUs it names is the placement core's call, by each
+spelling's rule: placement.models)."""
 from __future__ import annotations
 
 import re

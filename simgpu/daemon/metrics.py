@@ -110,7 +110,7 @@ class Exporter:
         for gpu in node.gpus:
             whole = per_gpu.get(gpu.uuid)
             if whole is not None:
-                host = (str(gpu.index), f"NVIDIA-{gpu.spec.name}", gpu.uuid)
+                host = (str(gpu.index), f"NVIDIA-{gpu.spec.nvml_name or gpu.spec.name}", gpu.uuid)  # HAMi's type
                 snap.add("hami_host_gpu_memory_used_bytes", host, whole.fb_used)
                 snap.add("hami_host_gpu_utilization_ratio", host, 100.0 * whole.gr_engine_active)
             if gpu.mig:
