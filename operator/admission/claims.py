@@ -50,10 +50,10 @@ def _agreed(claims: list[Claim]) -> dict[tuple[str | None, str], Claim]:
         if first.value != c.value:
             what, unit = _WHAT.get(c.attr, (c.attr.replace("_", " "), ""))
             where = f" for container {c.container!r}" if c.container else ""
-            raise InputError(
-                f"{show(first.text)} disagrees with {c.field}={show(c.text)} on the {what}{where} "
-                f"({first.value} vs {c.value}{' ' + unit if unit else ''}); give one of them, or equal values",
-                field=first.field)
+            values = "" if c.attr.startswith(_MODEL_FILTER) else (  # the texts say it: no repr of a filter
+                f" ({first.value} vs {c.value}{' ' + unit if unit else ''})")
+            raise InputError(f"{show(first.text)} disagrees with {c.field}={show(c.text)} on the {what}{where}"
+                             f"{values}; give one of them, or equal values", field=first.field)
     return chosen
 
 

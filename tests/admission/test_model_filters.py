@@ -57,3 +57,17 @@ def test_only_a_malformed_list_is_refused(annotations, labels, field):
 def test_kubeshare_names_one_model():
     with pytest.raises(InputError, match=r"KubeShare's gpu_model names one"):
         filters({"sharedgpu/gpu_model": "A100,T4"})
+
+
+def test_one_rules_filter_in_two_places_must_agree():
+    from fgpu_contracts.request import ContainerRequest, GpuRequest
+
+    written = GpuRequest(source="hami", containers=(ContainerRequest(container="main", milli_gpu=300),),
+                         model_filters=(ModelFilter(rule="hami", allow=("A100",)),))
+    same = {"fgpu.io/request": dump_request(written), "nvidia.com/use-gputype": "A100"}
+    assert filters(same) == written.model_filters  # the webhook reading its own request again
+    with pytest.raises(InputError) as err:
+        filters({**same, "nvidia.com/use-gputype": "H100"})
+    assert str(err.value) == ("metadata.annotations[fgpu.io/request]: 'A100' disagrees with "
+                              "metadata.annotations[nvidia.com/use-gputype]='H100' on the GPU models (hami's rule); "
+                              "give one of them, or equal values")
