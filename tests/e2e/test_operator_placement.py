@@ -181,9 +181,9 @@ DENIED = {  # name: (pod, HTTP status, the webhook's line)
         "spec.containers[main].resources[nvidia.com/gpucores]='50' on the compute share for container 'main' "
         "(300 vs 500 milli-GPU); give one of them, or equal values"),
     "explicit zero GPUs beside a HAMi memory share": (
-        dict(limits={keys.GPU_RESOURCE: "0", keys.GPU_MEMORY_RESOURCE: "1000"}), 400,
+        dict(limits={keys.GPU_RESOURCE: "0", keys.GPU_MEMORY_RESOURCE: "1500"}), 400,  # 1000 would read "1k"
         "spec.containers[main].resources[nvidia.com/gpu]: '0' asks for no GPU, but "
-        "spec.containers[main].resources[nvidia.com/gpumem]='1000' asks for a share of one (allowed: "
+        "spec.containers[main].resources[nvidia.com/gpumem]='1500' asks for a share of one (allowed: "
         "nvidia.com/gpu >= 1 with nvidia.com/gpumem, or no nvidia.com/gpumem)"),
     "a typo in fgpu's namespace": (
         dict(annotations={"fgpu.io/gpu-memroy": "8Gi"}), 400,
