@@ -61,7 +61,8 @@ class PolicyWatch:
             self._verdicts[name] = (generation, "False", "Invalid", f"{err}; the previous defaults stay")
             return
         # the object wins field by field: what it leaves out is the operator's flag, not the built-in default
-        spec = self.flags.model_copy(update={k: getattr(given, k) for k in given.model_fields_set})
+        spec = self.flags.model_copy(update={k: getattr(given, k) for k in given.model_fields_set
+                                             if getattr(given, k) is not None})
         self._verdicts[name] = (generation, "True", "Applied",
                                 f"node policy {spec.node_policy}, GPU policy {spec.gpu_policy}")
         self._use(spec, f"SchedulingPolicy {NAME} generation {generation}")
