@@ -233,3 +233,5 @@ def test_gpu_zero_alone_or_beside_another_containers_share_is_no_contradiction()
     sidecar = pod("metadata: {annotations: {fgpu.io/gpu-fraction: '0.5', fgpu.io/container: main}}\n"
                   "spec: {containers: [{name: main}, {name: side, resources: {limits: {nvidia.com/gpu: 0}}}]}")
     assert [c.container for c in parse_pod(sidecar, CONFIG).containers] == ["main"]
+    mig = pod("spec: {containers: [{name: main, resources: {limits: {nvidia.com/gpu: 0, nvidia.com/mig-1g.10gb: 1}}}]}")
+    assert parse_pod(mig, CONFIG).containers[0].mig_profile == "1g.10gb"  # no whole GPU, one MIG instance
