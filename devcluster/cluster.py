@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from devcluster import pidfiles
-from devcluster.kubeplane import ComponentError, ControlPlane, TestbinError, cleanup_kube_proxy, find_testbin
+from devcluster.kubeplane import ControlPlane, TestbinError, cleanup_kube_proxy, find_testbin
 from devcluster.node import NodeSetupError, RealNode, host_ip, node_dir
 
 REPO = Path(__file__).resolve().parents[1]

@@ -15,6 +15,8 @@ from fgpu_contracts.errors import InputError
 MILLI = 1000  # a whole GPU in milli-GPU
 Priority = Literal["high", "low"]
 Source = Literal["fgpu", "hami", "kubeshare", "kai", "aliyun", "nvidia"]
+#: How a model filter's names match a GPU: each spelling keeps its own project's rule (docs/requests.md).
+ModelRule = Literal["fgpu", "hami", "kubeshare"]
 
 
 class _Model(pydantic.BaseModel):
@@ -65,6 +67,21 @@ class ContainerRequest(_Model):
         return self.sm_pct if self.sm_pct is not None else max(1, -(-self.milli_gpu * 100 // MILLI))
 
 
+class ModelFilter(_Model):
+    """A GPU-model constraint as one spelling wrote it: names allowed (empty: any) and names excluded, kept
+    as the user wrote them (so a Pending reason names them), matched by `rule`'s project's rule."""
+
+    rule: ModelRule
+    allow: tuple[pydantic.constr(min_length=1, max_length=64), ...] = ()
+    deny: tuple[pydantic.constr(min_length=1, max_length=64), ...] = ()
+
+    @pydantic.model_validator(mode="after")
+    def _names_something(self) -> ModelFilter:
+        if not self.allow and not self.deny:
+            raise ValueError("a model filter names at least one model")
+        return self
+
+
 class GpuRequest(_Model):
     """A pod's GPU request, with the constraints and hints every spelling can carry."""
 
@@ -72,8 +89,7 @@ class GpuRequest(_Model):
     source: Source = "fgpu"
     containers: tuple[ContainerRequest, ...] = pydantic.Field(min_length=1)
     priority: Priority = "high"
-    models: tuple[str, ...] = ()  # allowed GPU models (catalog names); empty: any
-    exclude_models: tuple[str, ...] = ()
+    model_filters: tuple[ModelFilter, ...] = ()  # all must pass; at most one per rule
     uuids: tuple[str, ...] = ()  # allowed GPU UUIDs; empty: any
     exclude_uuids: tuple[str, ...] = ()
     node_policy: str | None = None  # binpack | spread | fgd | fgpu (None: the cluster's default)
@@ -82,6 +98,27 @@ class GpuRequest(_Model):
     anti_affinity: str | None = None  # pods of one group never share a GPU
     exclusion: str | None = None  # a GPU holds pods of one exclusion group only
     slo_slowdown: float | None = pydantic.Field(default=None, gt=1.0, le=100.0)
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _legacy_models(cls, data: object) -> object:
+        """Requests written before model filters listed catalog names under `models` / `excludeModels`: fgpu's
+        rule matches a catalog name to exactly that model, so they read as an fgpu filter."""
+        if not isinstance(data, dict) or not ({"models", "excludeModels", "exclude_models"} & data.keys()):
+            return data
+        data = dict(data)
+        allow, deny = data.pop("models", ()), data.pop("excludeModels", data.pop("exclude_models", ()))
+        if allow or deny:
+            data["modelFilters"] = [*data.get("modelFilters", ()), {"rule": "fgpu", "allow": allow, "deny": deny}]
+        return data
+
+    @pydantic.field_validator("model_filters")
+    @classmethod
+    def _one_per_rule(cls, value: tuple[ModelFilter, ...]) -> tuple[ModelFilter, ...]:
+        rules = [f.rule for f in value]
+        if len(set(rules)) != len(rules):
+            raise ValueError("one model filter per rule")
+        return value
 
     @pydantic.field_validator("containers")
     @classmethod

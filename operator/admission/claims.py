@@ -24,8 +24,11 @@ _WHAT = {  # attribute -> how a message names it and its unit
     "count": ("device count", "devices"), "milli_gpu": ("compute share", "milli-GPU"),
     "mem_bytes": ("memory per device", "bytes"), "mem_pct": ("memory share", "%"),
     "sm_pct": ("SM limit", "%"), "mig_profile": ("MIG profile", ""),
+    **{f"model_filter.{rule}": (f"GPU models ({rule}'s rule)", "") for rule in ("fgpu", "hami", "kubeshare")},
 }
 _SHARE_ATTRS = ("milli_gpu", "mem_bytes", "mem_pct", "sm_pct")
+#: Claims on a GPU-model filter: `model_filter.<rule>`, one per spelling's rule (fgpu, hami, kubeshare).
+_MODEL_FILTER = "model_filter."
 
 
 @dataclass(frozen=True)
@@ -48,10 +51,10 @@ def _agreed(claims: list[Claim]) -> dict[tuple[str | None, str], Claim]:
         if first.value != c.value:
             what, unit = _WHAT.get(c.attr, (c.attr.replace("_", " "), ""))
             where = f" for container {c.container!r}" if c.container else ""
-            raise InputError(
-                f"{show(first.text)} disagrees with {c.field}={show(c.text)} on the {what}{where} "
-                f"({first.value} vs {c.value}{' ' + unit if unit else ''}); give one of them, or equal values",
-                field=first.field)
+            values = "" if c.attr.startswith(_MODEL_FILTER) else (  # the texts say it: no repr of a filter
+                f" ({first.value} vs {c.value}{' ' + unit if unit else ''})")
+            raise InputError(f"{show(first.text)} disagrees with {c.field}={show(c.text)} on the {what}{where}"
+                             f"{values}; give one of them, or equal values", field=first.field)
     return chosen
 
 
@@ -95,7 +98,12 @@ def build(claims: list[Claim], view: PodView, config: AdmissionConfig) -> GpuReq
     for (container, attr), c in chosen.items():
         if container is not None:
             per.setdefault(container, {})[attr] = c
-    pod = {attr: c.value for (container, attr), c in chosen.items() if container is None}
+    pod = {attr: c.value for (container, attr), c in chosen.items()
+           if container is None and not attr.startswith(_MODEL_FILTER)}
+    filters = sorted((c.value for (container, attr), c in chosen.items() if attr.startswith(_MODEL_FILTER)),
+                     key=lambda f: f.rule)
+    if filters:  # one per spelling's rule; all of them must pass
+        pod["model_filters"] = tuple(filters)
     used = {c.source for c in claims}
     pod.setdefault("source", next(s for s in SOURCES if s in used))
     order = [c.name for c in view.containers]

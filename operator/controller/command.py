@@ -5,8 +5,10 @@ import argparse
 import gc
 import logging
 import os
+import re
 
 from fgpu_contracts.errors import InputError
+from fgpu_contracts.keys import SCHEDULER_NAME_PATTERN, TAKEOVER_SCHEDULERS
 from fgpu_contracts.signature import load_key
 
 from ..placement.policies import LIVE_POLICIES
@@ -33,12 +35,42 @@ def _positive(kind):
     return parse
 
 
+#: Which setting wins, said once for --help and docs/operator.md.
+PRECEDENCE = (
+    "Cluster defaults (--policy, --takeover-schedulers, --aliyun-memory-unit): the SchedulingPolicy object "
+    "named `default` wins over these flags, field by field, and the flags win over the built-in defaults. "
+    "The object is the cluster admin's live setting (changed without a restart, its status says whether it "
+    "was applied); the flags are the deployment's (the Helm chart's values); a field the object leaves out, "
+    "or deleting the object, falls back to the flag. A pod's own annotations win over all three.")
+
+
+def _schedulers(text: str) -> tuple[str, ...]:
+    """--takeover-schedulers: comma-separated scheduler names ("" takes none over)."""
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    bad = next((n for n in names if not _SCHEDULER_NAME.fullmatch(n)), None)
+    if bad is not None:
+        raise argparse.ArgumentTypeError(f"{bad!r} is not a scheduler name (a DNS subdomain, e.g. hami-scheduler)")
+    return names
+
+
+_SCHEDULER_NAME = re.compile(SCHEDULER_NAME_PATTERN)
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("operator", help="run fgpu's scheduler and admission webhook (Kopf)",
                               description="Run fgpu's Kopf operator: schedules pods with schedulerName "
-                                          "fgpu-scheduler onto (fractions of) GPUs and binds them.")
+                                          "fgpu-scheduler onto (fractions of) GPUs and binds them.",
+                              epilog=PRECEDENCE)
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)")
-    p.add_argument("--policy", default="fgpu", choices=LIVE_POLICIES, help="cluster-wide node policy")
+    p.add_argument("--policy", default="fgpu", choices=LIVE_POLICIES,
+                   help="cluster-wide node policy (default fgpu; SchedulingPolicy spec.nodePolicy wins)")
+    p.add_argument("--takeover-schedulers", type=_schedulers, default=TAKEOVER_SCHEDULERS, metavar="A,B,...",
+                   help="GPU pods naming one of these schedulers are scheduled by fgpu (comma-separated; '' for "
+                        f"none; default {','.join(TAKEOVER_SCHEDULERS)}; SchedulingPolicy "
+                        "spec.takeoverSchedulers wins)")
+    p.add_argument("--aliyun-memory-unit", choices=("GiB", "MiB"), default="GiB",
+                   help="what one aliyun.com/gpu-mem is, as gpushare's --memory-unit (default GiB; "
+                        "SchedulingPolicy spec.aliyunMemoryUnit wins)")
     p.add_argument("--qps", type=_positive(float), default=500.0, help="client QPS for binds (default 500)")
     p.add_argument("--burst", type=_positive(int), default=1000, help="client burst (default 1000)")
     p.add_argument("--binds-in-flight", type=_positive(int), default=64, help="concurrent Binding writes")
@@ -81,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
         os.environ["KUBECONFIG"] = args.kubeconfig  # Kopf's own login reads it too
     handoff_key = load_key(args.handoff_key_file) if args.handoff_key_file else None
     handlers.CONFIG = handlers.OperatorConfig(
-        kubeconfig=args.kubeconfig, policy=args.policy, qps=args.qps, burst=args.burst,
+        kubeconfig=args.kubeconfig, policy=args.policy, takeover_schedulers=args.takeover_schedulers,
+        aliyun_memory_unit=args.aliyun_memory_unit, qps=args.qps, burst=args.burst,
         binds_in_flight=args.binds_in_flight, writer_process=not args.inline_writes,
         leader_elect=not args.no_leader_elect,
         lease_namespace=args.lease_namespace, identity=args.identity, webhook_port=args.webhook_port,

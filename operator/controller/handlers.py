@@ -43,6 +43,8 @@ class OperatorConfig:
 
     kubeconfig: str | None = None
     policy: str = "fgpu"
+    takeover_schedulers: tuple[str, ...] = keys.TAKEOVER_SCHEDULERS
+    aliyun_memory_unit: str = "GiB"
     qps: float = 500.0
     burst: int = 1000
     binds_in_flight: int = 64
@@ -57,6 +59,11 @@ class OperatorConfig:
     manage_webhook_config: bool = False  # let Kopf create the (Mutating|Validating)WebhookConfiguration
     handoff_key: bytes | None = None  # --handoff-key-file's key: signs every assignment (None: unsigned)
     writer_process: bool = True  # Bindings and Events written by a child process (False: --inline-writes)
+
+    def policy_flags(self) -> SchedulingPolicySpec:
+        """The cluster defaults the flags give (a SchedulingPolicy object wins over them, field by field)."""
+        return SchedulingPolicySpec(node_policy=self.policy, takeover_schedulers=self.takeover_schedulers,
+                                    aliyun_memory_unit=self.aliyun_memory_unit)
 
 
 #: The name of the (Mutating|Validating)WebhookConfiguration that --manage-webhook-config has Kopf write.
@@ -132,12 +139,13 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
                                handoff_key=CONFIG.handoff_key)
     is_leader = memo.scheduler.is_leader
     memo.metrics.attach(memo.scheduler, identity, is_leader, asyncio.get_running_loop())
-    memo.admission = AdmissionConfig()  # what the webhook reads; the SchedulingPolicy updates it
+    flags = CONFIG.policy_flags()
+    memo.admission = AdmissionConfig(  # what the webhook reads: the flags, until a SchedulingPolicy says otherwise
+        takeover_schedulers=flags.takeover_schedulers, aliyun_memory_unit=flags.aliyun_memory_unit)
     memo.status_api = ApiSession(creds, Limits(qps=20, burst=40, max_in_flight=4))  # GPUNode/policy status
     memo.status_api.open()
     memo.status = StatusWriter(memo.status_api, memo.scheduler.held, memo.scheduler.live.specs.get, is_leader)
-    memo.policy = PolicyWatch(SchedulingPolicySpec(node_policy=CONFIG.policy),
-                              lambda spec: _apply_policy(memo, spec))
+    memo.policy = PolicyWatch(flags, lambda spec: _apply_policy(memo, spec))
     await initial_sync(memo.api, memo.scheduler, memo.policy)
     memo.tasks = [asyncio.create_task(memo.scheduler.run(), name="fgpu-scheduler"),
                   asyncio.create_task(memo.status.run(), name="fgpu-gpunode-status"),

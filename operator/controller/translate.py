@@ -41,6 +41,7 @@ from ..placement.model import (
     Taint,
     Toleration,
 )
+from ..placement.models import ModelFilter
 
 _MIB = 1 << 20
 
@@ -162,17 +163,16 @@ def core_request(pod: dict, request: GpuRequest | None, gpu_policy: str = "binpa
     if request is None:
         return Request(name, cpu, mem, constraints=constraints)
     shape = device_shape(request)  # InputError for two shapes in one pod: said on the pod, never guessed
-    models = tuple(canonical_model(m) for m in request.models)
     return Request(
         name, cpu, mem, num_gpu=sum(c.count for c in request.containers), gpu_milli=shape.milli_gpu,
-        gpu_models=models, gpu_mem_mib=-(-shape.mem_bytes // _MIB) if shape.mem_bytes else 0,
+        gpu_mem_mib=-(-shape.mem_bytes // _MIB) if shape.mem_bytes else 0,
         sm_pct=shape.effective_sm_pct, priority=0 if request.priority == "high" else 1,
         gpu_mem_pct=shape.mem_pct or 0, mig_profile=shape.mig_profile or "", constraints=constraints)
 
 
 def _gpu_constraints(request: GpuRequest, default_gpu_policy: str) -> dict:
     return {
-        "exclude_models": tuple(canonical_model(m) for m in request.exclude_models),
+        "model_filters": tuple(ModelFilter(f.rule, f.allow, f.deny) for f in request.model_filters),
         "uuids": request.uuids, "exclude_uuids": request.exclude_uuids,
         "affinity_group": request.affinity or "", "anti_affinity_group": request.anti_affinity or "",
         "exclusion_group": request.exclusion or "",

@@ -15,6 +15,7 @@ import numpy as np
 
 from .fit import COMPUTE, FULL, KIND, MEMORY, fitting_gpus
 from .model import Cluster, NodeSpec, Request, SelectorTerm, Taint, Toleration
+from .models import reason as model_reason
 
 Failures = list[tuple[str, np.ndarray]]
 ALL = slice(None)  # every node: plain views, no gathering copies (the replay's hot path)
@@ -101,7 +102,9 @@ class NodeResourcesFit:
 
 
 class GpuModel:
-    """Nodes with no GPU at all, or none of an allowed model (`fgpu.io/gpu-model`, HAMi's use-gputype)."""
+    """Nodes with no GPU at all, or none of a model the pod allows: a trace's model list, or a live pod's
+    model filters, each by its spelling's rule (`models`); the reason names the models ("GPU model not in
+    [A100]"), so a pod waiting for a model no node has says which."""
 
     name = "GpuModel"
 
@@ -110,12 +113,18 @@ class GpuModel:
 
     def failures(self, cluster: Cluster, request: Request, rows: np.ndarray) -> Failures:
         no_gpu = cluster.gpu_count[rows] == 0
-        c = request.constraints
         out = [("node(s) had no GPU", no_gpu)]
-        if request.gpu_models or (c is not None and c.exclude_models):
-            allowed = cluster.gpu_model_mask(request.gpu_models, c.exclude_models if c else ())[rows].any(axis=1)
-            out.append(("node(s) had no GPU of the requested model", ~no_gpu & ~allowed))
+        models = cluster.model_mask(request)
+        if models is not None:
+            out.append((self._reason(request), ~no_gpu & ~models[rows].any(axis=1)))
         return out
+
+    @staticmethod
+    def _reason(request: Request) -> str:
+        c = request.constraints
+        if c is not None and c.model_filters:
+            return model_reason(c.model_filters)
+        return "node(s) had no GPU of the requested model"
 
 
 class GpuFit:

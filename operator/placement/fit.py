@@ -24,8 +24,9 @@ def gpu_fit(cluster: Cluster, request: Request, rows=slice(None), stage: int = F
     usable = (cluster.gpu_shareable if request.is_share else cluster.gpu_wholeable)[rows]
     fits = usable & (cluster.gpu_left[rows] >= request.gpu_milli) if stage >= COMPUTE else usable.copy()
     c = request.constraints
-    if request.gpu_models or (c is not None and c.exclude_models):
-        fits &= cluster.gpu_model_mask(request.gpu_models, c.exclude_models if c else ())[rows]
+    models = cluster.model_mask(request)
+    if models is not None:
+        fits &= models[rows]
     if stage >= MEMORY and (request.explicit_memory or cluster.explicit_memory):
         fits &= cluster.gpu_mem_left[rows] >= cluster.gpu_memory_need(request, rows)
     if stage >= FULL and c is not None:

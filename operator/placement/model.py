@@ -15,6 +15,7 @@ import numpy as np
 
 from .errors import PlacementInputError
 from .gpus import gpu_memory_mib
+from .models import ModelFilter, admits_all
 
 MILLI = 1000
 #: Affinity tags used by the GPU-clustering policy: 0 = shares one GPU, k = k whole GPUs.
@@ -59,7 +60,7 @@ class Constraints:
     node_selector: tuple[tuple[str, str], ...] = ()
     affinity_terms: tuple[SelectorTerm, ...] = ()  # ORed, as requiredDuringScheduling nodeSelectorTerms
     tolerations: tuple[Toleration, ...] = ()
-    exclude_models: tuple[str, ...] = ()
+    model_filters: tuple[ModelFilter, ...] = ()  # GPU-model constraints, each by its spelling's rule (`models`)
     uuids: tuple[str, ...] = ()  # allowed GPU UUIDs (empty: any)
     exclude_uuids: tuple[str, ...] = ()
     extended: tuple[tuple[str, int], ...] = ()  # counted node resources (time-slicing replicas, ...)
@@ -244,6 +245,7 @@ class Cluster:
         self.unschedulable = np.array([node.unschedulable for node in self.nodes], dtype=bool)
         self.tainted = np.array([bool(node.taints) for node in self.nodes], dtype=bool)
         self.mig_profiles = sorted({m.profile for node in self.nodes for g in node.gpus for m in g.mig})
+        self._model_allowed: dict[tuple, np.ndarray] = {}  # (trace models, filters) -> allowed per model
         self.reset()
 
     def reset(self) -> None:
@@ -291,10 +293,19 @@ class Cluster:
     def total_gpus(self) -> int:
         return int(self.gpu_count.sum())
 
-    def gpu_model_mask(self, gpu_models: Sequence[str], exclude: Sequence[str] = ()) -> np.ndarray:
-        """(N, G): GPUs whose own model is allowed (mixed-model nodes are judged GPU by GPU)."""
-        allowed = np.array([(not gpu_models or m in gpu_models) and m != "" and m not in exclude
-                            for m in self.models] + [False])
+    def model_mask(self, request: Request) -> np.ndarray | None:
+        """(N, G): GPUs whose own model the request allows (a trace's model list, a live pod's model filters;
+        mixed-model nodes are judged GPU by GPU); None when it allows every model."""
+        c = request.constraints
+        filters = c.model_filters if c is not None else ()
+        if not request.gpu_models and not filters:
+            return None
+        key = (request.gpu_models, filters)
+        allowed = self._model_allowed.get(key)
+        if allowed is None:
+            allowed = np.array([m != "" and (not request.gpu_models or m in request.gpu_models)
+                                and admits_all(filters, m) for m in self.models] + [False])
+            self._model_allowed[key] = allowed
         return allowed[self.gpu_model_idx]  # index -1 (no GPU) reads the trailing False
 
     def gpu_memory_need(self, request: Request, rows=slice(None)) -> np.ndarray | int:

@@ -6,7 +6,7 @@ import pytest
 from admission_util import CONFIG, GIB, MIB, pod
 from fgpu_operator.admission import AdmissionConfig, classify_pod, parse_pod
 
-from fgpu_contracts.request import ContainerRequest, GpuRequest, dump_request, load_request
+from fgpu_contracts.request import ContainerRequest, GpuRequest, ModelFilter, dump_request, load_request
 
 
 def one(container: str = "main", source: str = "fgpu", **kw) -> tuple:
@@ -41,7 +41,7 @@ CASES = {
         spec:
           containers: [{name: sidecar}, {name: worker}]
         """, one("worker", milli_gpu=250, mem_bytes=10000 * MIB, sm_pct=40, priority="low",
-                 models=("A100-SXM4-80GB", "H100-SXM5-80GB"), node_policy="fgd", affinity="team-a",
+                 model_filters=(ModelFilter(rule="fgpu", allow=("A100-80GB", "H100")),), node_policy="fgd", affinity="team-a",
                  anti_affinity="noisy", exclusion="tenant-1", slo_slowdown=1.5)),
     "fgpu whole GPUs with memory each": ("""
         metadata: {annotations: {fgpu.io/gpu-fraction: "2", fgpu.io/gpu-memory: 20G}}
@@ -110,8 +110,8 @@ CASES = {
           containers:
             - name: main
               resources: {limits: {nvidia.com/gpu: 1, nvidia.com/gpucores: 50, nvidia.com/priority: 0}}
-        """, one(source="hami", milli_gpu=500, priority="high",  # V100: the catalog's short name (32GB)
-                 models=("A100-SXM4-40GB", "A100-SXM4-80GB", "V100-SXM2-32GB"),
+        """, one(source="hami", milli_gpu=500, priority="high",  # names as written: HAMi's rule matches them
+                 model_filters=(ModelFilter(rule="hami", allow=("A100", "V100")),),
                  exclude_uuids=("GPU-aaaa-1", "GPU-bbbb-2"), node_policy="spread", gpu_policy="binpack")),
     "hami low priority, avoid a type": ("""
         metadata: {annotations: {nvidia.com/nouse-gputype: "T4"}}
@@ -119,7 +119,7 @@ CASES = {
           containers:
             - {name: main, resources: {limits: {nvidia.com/gpu: 1, nvidia.com/gpumem: 4096, nvidia.com/priority: 1}}}
         """, one(source="hami", milli_gpu=50, mem_bytes=4 * GIB, sm_pct=100, priority="low",
-                 exclude_models=("T4",))),
+                 model_filters=(ModelFilter(rule="hami", deny=("T4",)),))),
     # --- KubeShare 2.0 (labels) and 1.0 spelling (annotations) ---------------------------------------------
     "kubeshare 2.0 sharepod": ("""
         apiVersion: v1
@@ -135,7 +135,8 @@ CASES = {
         spec:
           schedulerName: kubeshare-scheduler
           containers: [{name: pytorch, image: riyazhu/mnist:test}]
-        """, one("pytorch", "kubeshare", milli_gpu=500, sm_pct=100, mem_bytes=GIB, models=("A10",),
+        """, one("pytorch", "kubeshare", milli_gpu=500, sm_pct=100, mem_bytes=GIB,
+                 model_filters=(ModelFilter(rule="kubeshare", allow=("NVIDIA-A10",)),),
                  priority="high")),
     "kubeshare opportunistic priority and groups (1.0 annotations)": ("""
         metadata:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from operator_proc import start_operator, stop, wait_webhook_live
-from plugin_proc import create_admitted, ready_node, running_plugin
+from operator_proc import create_admitted, start_operator, stop, wait_webhook_live
+from plugin_proc import ready_node, running_plugin
 from polling import wait_for
 
 from devcluster import fgpu

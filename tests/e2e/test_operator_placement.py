@@ -180,6 +180,15 @@ DENIED = {  # name: (pod, HTTP status, the webhook's line)
         "metadata.annotations[fgpu.io/gpu-fraction]: '0.3' disagrees with "
         "spec.containers[main].resources[nvidia.com/gpucores]='50' on the compute share for container 'main' "
         "(300 vs 500 milli-GPU); give one of them, or equal values"),
+    "explicit zero GPUs beside a HAMi memory share": (
+        dict(limits={keys.GPU_RESOURCE: "0", keys.GPU_MEMORY_RESOURCE: "1500"}), 400,  # 1000 would read "1k"
+        "spec.containers[main].resources[nvidia.com/gpu]: '0' asks for no GPU, but "
+        "spec.containers[main].resources[nvidia.com/gpumem]='1500' asks for a share of one (allowed: "
+        "nvidia.com/gpu >= 1 with nvidia.com/gpumem, or no nvidia.com/gpumem)"),
+    "a typo in fgpu's namespace": (
+        dict(annotations={"fgpu.io/gpu-memroy": "8Gi"}), 400,
+        "metadata.annotations[fgpu.io/gpu-memroy]: unknown annotation fgpu.io/gpu-memroy; did you mean "
+        "fgpu.io/gpu-memory?"),
     "user-set hand-off annotation": (
         dict(annotations={keys.ASSIGNMENT: '{"version":"v1"}', keys.FGPU_FRACTION: "0.5"}), 403,
         "metadata.annotations[fgpu.io/assignment]: is written by fgpu's scheduler and device plugin only; remove "

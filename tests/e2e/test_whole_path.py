@@ -8,12 +8,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from operator_proc import start_operator, stop, wait_webhook_live
-from plugin_proc import create_admitted, ready_node, running_plugin
+from operator_proc import create_admitted, operator_with_own_webhook, stop
+from plugin_proc import ready_node, running_plugin
 from polling import wait_for
 
 from devcluster import fgpu
-from devcluster.kubeplane import free_port
 from deviceplugin.api import api_pb2
 from fgpu_contracts import keys
 from simgpu.token import verify_token
@@ -25,21 +24,14 @@ CONFIG = "version: v1\ngpus: [{model: A100-80GB, count: 2, sharing: fractional}]
 
 
 def test_pod_to_allocate_env(k8s, namespace, tmp_path):
-    from kubernetes import client
-
     key = ("--handoff-key-file", str(fgpu.handoff_key_file(k8s.kubeconfig)))  # the operator's: signed hand-offs
     with running_plugin(k8s, NODE, CONFIG, SECRET, labels={"fgpu-e2e": "whole-path"}, args=key) as (
             core, kubelet, cfg):
         slots = ready_node(core, kubelet, NODE, 8)
         # The plugin logs in as the test's admin here (in a cluster: its own service account, which the chart
         # trusts): only trusted users may write the hand-off annotations, so trust it as the chart would.
-        proc = start_operator(k8s, tmp_path, "--webhook-port", str(free_port()), "--webhook-host", "127.0.0.1",
-                              "--manage-webhook-config", "--trusted-user", "admin")
+        proc = operator_with_own_webhook(k8s, core, namespace, tmp_path)
         try:
-            with k8s.api() as api:
-                reg = client.AdmissionregistrationV1Api(api)
-                wait_for(lambda: reg.list_mutating_webhook_configuration().items, what="webhook configuration")
-            wait_webhook_live(core, namespace)
             pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "infer", "annotations": {
                        keys.FGPU_FRACTION: "0.3", keys.FGPU_MEMORY: "6Gi"}},
                    "spec": {"nodeSelector": {"fgpu-e2e": "whole-path"},

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from fgpu_contracts import keys
 from fgpu_contracts.errors import InputError
+from fgpu_contracts.request import ModelFilter
 
 from ..config import AdmissionConfig
-from ..gpus import mig_profile, resolve_models
+from ..gpus import mig_profile, model_names
 from ..podview import PodView
 from ..quantity import parse_number, quantity_bytes, show, whole
 from .common import MAX_DEVICES, Claims, choice, fraction, group, note
@@ -45,8 +46,11 @@ def containers(view: PodView, config: AdmissionConfig) -> Claims:
 
 def hints(view: PodView, config: AdmissionConfig) -> Claims:
     out = Claims(SOURCE)
-    if got := note(view, keys.FGPU_MODEL):
-        out.add("models", resolve_models(*got), *got)
+    allow, deny = note(view, keys.FGPU_MODEL), note(view, keys.FGPU_MODEL_EXCLUDE)
+    if allow or deny:
+        models = ModelFilter(rule="fgpu", allow=model_names(*allow) if allow else (),
+                             deny=model_names(*deny) if deny else ())
+        out.add("model_filter.fgpu", models, *(allow or deny))
     if got := note(view, keys.FGPU_PRIORITY):
         out.add("priority", choice(*got, ("high", "low")), *got)
     if got := note(view, keys.FGPU_POLICY):

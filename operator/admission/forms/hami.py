@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from fgpu_contracts import keys
 from fgpu_contracts.errors import InputError
-from fgpu_contracts.request import MILLI
+from fgpu_contracts.request import MILLI, ModelFilter
 
 from ..config import AdmissionConfig
-from ..gpus import resolve_models
+from ..gpus import model_names
 from ..podview import ContainerView, PodView
 from ..quantity import parse_quantity, show, whole
 from .common import Claims, choice, note, tokens
@@ -64,9 +64,10 @@ def hints(view: PodView, config: AdmissionConfig) -> Claims:
     for key, attr in ((keys.HAMI_USE_UUID, "uuids"), (keys.HAMI_NOUSE_UUID, "exclude_uuids")):
         if got := note(view, key):
             out.add(attr, tokens(*got, "GPU UUIDs"), *got)
-    for key, attr in ((keys.HAMI_USE_TYPE, "models"), (keys.HAMI_NOUSE_TYPE, "exclude_models")):
-        if got := note(view, key):
-            out.add(attr, resolve_models(*got), *got)
+    if got := note(view, keys.HAMI_USE_TYPE):  # HAMi reads nouse-gputype only when use-gputype is absent
+        out.add("model_filter.hami", ModelFilter(rule="hami", allow=model_names(*got)), *got)
+    elif got := note(view, keys.HAMI_NOUSE_TYPE):
+        out.add("model_filter.hami", ModelFilter(rule="hami", deny=model_names(*got)), *got)
     for key, attr in ((keys.HAMI_NODE_POLICY, "node_policy"), (keys.HAMI_GPU_POLICY, "gpu_policy")):
         if got := note(view, key):
             out.add(attr, _policy(*got), *got)
