@@ -186,12 +186,6 @@ def main() -> int:
     except TestbinError as err:  # one line, before anything is started or written
         print(f"bench/scheduler.py: {err}", file=sys.stderr)
         return 2
-
-    try:  # before anything starts: a missing control plane is one line and exit 2, not a traceback
-        testbin = find_testbin(os.environ.get("FGPU_TESTBIN"))
-    except TestbinError as err:
-        print(f"bench/scheduler.py: {err}", file=sys.stderr)
-        return 2
     began = time.perf_counter()
     info = machine(args.operator_python)
     operator = (f", operator on {args.operator_python}: Python {info['operator_python_version']} "
