@@ -47,13 +47,15 @@ FGPU_FRACTION = "fgpu.io/gpu-fraction"  # 0 < f <= 1, or an integer count of who
 FGPU_MEMORY = "fgpu.io/gpu-memory"  # a quantity, e.g. 8Gi
 FGPU_SM = "fgpu.io/gpu-sm"  # SM share in percent (default: the fraction)
 FGPU_MODEL = "fgpu.io/gpu-model"  # comma-separated allowed models
-FGPU_PRIORITY = "fgpu.io/priority"  # high | low
+FGPU_PRIORITY = "fgpu.io/priority"  # high (protected: a slowdown bound) | low (best-effort, the default)
 FGPU_MIG_PROFILE = "fgpu.io/mig-profile"
 FGPU_POLICY = "fgpu.io/policy"  # per-pod placement policy
 FGPU_AFFINITY = "fgpu.io/affinity"  # KubeShare-style group names
 FGPU_ANTI_AFFINITY = "fgpu.io/anti-affinity"
 FGPU_EXCLUSION = "fgpu.io/exclusion"
-FGPU_SLO_SLOWDOWN = "fgpu.io/slo-slowdown"  # a high-priority pod's slowdown bound (default 1.2)
+FGPU_SLO_SLOWDOWN = "fgpu.io/slo-slowdown"  # a high-priority pod's slowdown bound (default 1.2); implies high
+FGPU_DUTY_CYCLE = "fgpu.io/duty-cycle"  # 0 < d <= 1: busy fraction alone (workload class; default: the share)
+FGPU_SLO_FILTER = "fgpu.io/slo-filter"  # "true" | "false": keep co-runners' SLOs when placing this pod
 FGPU_CONTAINER = "fgpu.io/container"  # which container the annotations' share is for (default: the first)
 
 # --- HAMi ---------------------------------------------------------------------------------------------------

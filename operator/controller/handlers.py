@@ -226,7 +226,9 @@ def _apply_policy(memo: kopf.Memo, spec: SchedulingPolicySpec) -> None:
     memo.scheduler.gpu_policy = spec.gpu_policy
     memo.scheduler.default_slo = spec.default_slo_slowdown
     memo.admission = memo.admission.model_copy(update={
-        "takeover_schedulers": spec.takeover_schedulers, "aliyun_memory_unit": spec.aliyun_memory_unit})
+        "takeover_schedulers": spec.takeover_schedulers, "aliyun_memory_unit": spec.aliyun_memory_unit,
+        "protected_priority": spec.protected_priority})
+    memo.scheduler.slo_filter = spec.slo_filter
 
 
 SHUTDOWN_GRACE_S = 5.0

@@ -51,7 +51,7 @@ def make_interference():
     try:
         import simgpu.perf  # noqa: F401
 
-        from .interference import InterferenceModel
+        from ..placement.interference import InterferenceModel
     except ImportError:
         return None
     return InterferenceModel()

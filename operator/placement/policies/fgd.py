@@ -14,6 +14,7 @@ import numpy as np
 from ..fit import gpu_fit
 from ..fragmentation import FragMeter, TargetWorkload
 from ..model import MILLI, Cluster, Request
+from ..slo_guard import class_key
 from .base import MAX_NODE_SCORE, BasePolicy
 
 
@@ -63,7 +64,7 @@ class FgdPolicy(BasePolicy):
         return request.spec
 
     def score(self, request: Request, feasible: np.ndarray) -> np.ndarray:
-        key = self.cache_key(request)
+        key = (self.cache_key(request), class_key(request))  # the QoS filter narrows the GPUs tried
         cache = self.caches.get(key)
         if cache is None:
             cache = self.caches[key] = ShapeCache(self.cluster.size)
@@ -103,7 +104,7 @@ class FgdPolicy(BasePolicy):
 
     def choose_gpus(self, request: Request, node: int) -> tuple[int, ...]:
         if request.is_share:
-            return (int(self.caches[self.cache_key(request)].gpu[node]),)
+            return (int(self.caches[(self.cache_key(request), class_key(request))].gpu[node]),)
         return super().choose_gpus(request, node)
 
 

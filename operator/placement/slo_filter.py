@@ -1,0 +1,48 @@
+"""The QoS filter as a plug-in after GpuFit: nodes where the share fits but every GPU it fits on would break
+a co-runner's SLO (or its own), in kube-scheduler's words: "0/3 nodes are available: 3 would break a
+co-runner's SLO." Its `detail` names whose SLO blocked which GPU, for the pod's explanation and
+`fgpu inspect pod`."""
+from __future__ import annotations
+
+import numpy as np
+
+from .fit import FULL, SLO, fitting_gpus, gpu_fit
+from .model import Cluster, Request
+from .slo_guard import blockers, guards, slo_cost
+
+REASON = "would break a co-runner's SLO"
+MAX_NAMED = 3  # GPUs named in an explanation; the count says how many more
+
+
+class SloFit:
+    name = "SloFit"
+
+    def applies(self, cluster: Cluster, request: Request) -> bool:
+        return guards(request)
+
+    def passes(self, cluster: Cluster, request: Request, rows) -> np.ndarray:
+        return fitting_gpus(cluster, request, rows, SLO) >= request.num_gpu
+
+    def failures(self, cluster: Cluster, request: Request, rows) -> list[tuple[str, np.ndarray]]:
+        return [(REASON, ~self.passes(cluster, request, rows))]
+
+    def detail(self, cluster: Cluster, request: Request, rows) -> str:
+        """Whose SLO blocked which GPU, on the nodes of `rows` this filter rejected."""
+        full = fitting_gpus(cluster, request, rows, FULL) >= request.num_gpu
+        nodes = np.arange(cluster.size)[rows][full & ~self.passes(cluster, request, rows)]
+        found = [b for b in blockers(cluster, request, nodes) if b.gpu < cluster.gpu_count[b.node]]
+        if not found:
+            return ""
+        named = [f"{'its own' if b.pod == request.name else b.pod + chr(39) + 's'} SLO on "
+                 f"{cluster.nodes[b.node].name} GPU {b.gpu} (predicted {b.predicted:.2f}x > {b.bound:g}x)"
+                 for b in found[:MAX_NAMED]]
+        more = f" and {len(found) - MAX_NAMED} more GPU(s)" if len(found) > MAX_NAMED else ""
+        return "blocked by " + "; ".join(named) + more
+
+
+def least_slack_lost(cluster: Cluster, request: Request, top: np.ndarray) -> np.ndarray:
+    """The QoS score, as a tie-break among the policy's top nodes: those whose best allowed GPU costs its
+    protected co-runners the least slack (`slo_guard.slo_cost`). The policy's own ranking stays first, so
+    binpack, spread and FGD keep their meaning."""
+    cost = np.where(gpu_fit(cluster, request, top), slo_cost(cluster, request, top), np.inf).min(axis=1)
+    return top[cost == cost.min()]
