@@ -27,18 +27,18 @@ class SloFit:
         return [(REASON, ~self.passes(cluster, request, rows))]
 
     def detail(self, cluster: Cluster, request: Request, rows) -> str:
-        """Whose SLO blocked which GPU, on the nodes of `rows` this filter rejected."""
-        full = fitting_gpus(cluster, request, rows, FULL) >= request.num_gpu
-        nodes = np.arange(cluster.size)[rows][full & ~self.passes(cluster, request, rows)]
-        found = [b for b in blockers(cluster, request, nodes) if b.gpu < cluster.gpu_count[b.node]]
+        """Whose SLO blocked which GPU, on the nodes of `rows` this filter rejected (GPUs that fit but for
+        an SLO; the first MAX_NAMED named, the rest counted)."""
+        nodes = np.arange(cluster.size)[rows]
+        fits = gpu_fit(cluster, request, nodes, FULL).any(axis=1)
+        found, total = blockers(cluster, request, nodes[fits], MAX_NAMED)
         if not found:
             return ""
         named = [f"{'its own' if b.pod == request.name else b.pod + chr(39) + 's'} SLO on "
                  f"{cluster.nodes[b.node].name} GPU {b.gpu} (predicted {b.predicted:.2f}x > {b.bound:g}x)"
-                 for b in found[:MAX_NAMED]]
-        more = f" and {len(found) - MAX_NAMED} more GPU(s)" if len(found) > MAX_NAMED else ""
+                 for b in found]
+        more = f" and {total - len(found)} more GPU(s)" if total > len(found) else ""
         return "blocked by " + "; ".join(named) + more
-
 
 def least_slack_lost(cluster: Cluster, request: Request, top: np.ndarray) -> np.ndarray:
     """The QoS score, as a tie-break among the policy's top nodes: those whose best allowed GPU costs its

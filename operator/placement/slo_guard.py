@@ -6,9 +6,10 @@ GPU that is allowed is the slack its protected co-runners lose: the rise of each
 over its room (bound - 1), added up; policies break ties by it, so best-effort pods fill the gaps beside the
 protected pods that a small co-runner hurts least.
 
-Results are cached per request class (duty, priority, bound) over every GPU, stamped with the node's version:
-a node is priced again only after it changed, so a decision reprices the few nodes changed since that class
-was last placed (a trace replay: one).
+Each GPU's state is reduced to a signature (GPU model, sharing mode, its shares' classes and bounds), kept as
+a small integer per GPU and refreshed only for nodes whose version changed; answers are cached per (request
+class, signature). GPUs repeat few signatures, so a decision is a vectorised gather plus pricing the
+signatures never seen before (a warm cluster: none or a handful).
 """
 from __future__ import annotations
 
@@ -38,32 +39,81 @@ def guards(request: Request) -> bool:
     return request.guard_slo and request.is_share
 
 
-class _ClassCache:
+#: A GPU's state as the model prices it: (GPU model, sharing mode, its shares' (tenant, bound), sorted).
+Signature = tuple[str, str, tuple[tuple[Tenant, float], ...]]
+
+
+class _Signatures:
+    """Each GPU's signature as a small integer (-1: no shares), kept per node version. GPUs repeat a few
+    signatures, so a request class is priced once per signature, not once per GPU."""
+
     def __init__(self, shape: tuple[int, int]):
         self.version = np.full(shape[0], -1, dtype=np.int64)
-        self.ok = np.ones(shape, dtype=bool)
-        self.cost = np.zeros(shape, dtype=np.float64)
-        self.blocker: dict[tuple[int, int], Blocker] = {}
+        self.ids = np.full(shape, -1, dtype=np.int64)
+        self.index: dict[Signature, int] = {}
+        self.list: list[Signature] = []
+
+    def refresh(self, cluster: Cluster) -> np.ndarray:
+        for n in np.flatnonzero(self.version != cluster.version):
+            n = int(n)
+            for g in range(int(cluster.gpu_count[n])):
+                tenants = cluster.gpu_tenants.get((n, g))
+                if not tenants:
+                    self.ids[n, g] = -1
+                    continue
+                sig = (cluster.models[cluster.gpu_model_idx[n, g]], str(cluster.gpu_mode[n, g]),
+                       tuple(sorted((tenant_of(t), t.slo) for t in tenants.values())))
+                sid = self.index.get(sig)
+                if sid is None:
+                    sid = self.index[sig] = len(self.list)
+                    self.list.append(sig)
+                self.ids[n, g] = sid
+            self.version[n] = cluster.version[n]
+        return self.ids
 
 
-def judge(model: SloModel, gpu_model: str, sharing: str, tenants: list[Request], request: Request
-          ) -> tuple[float, Blocker | None, float, float]:
-    """(cost, the first SLO broken or None, the new pod's predicted slowdown, its bound) of adding `request`
-    to a GPU holding `tenants`. Blocker node/gpu are filled in by the caller."""
-    if not tenants:
-        return 0.0, None, 1.0, request.slo
-    together = [tenant_of(t) for t in tenants] + [tenant_of(request)]
+class _ClassAnswers:
+    """Per request class: allowed and cost per signature id (grown as new signatures appear)."""
+
+    def __init__(self):
+        self.ok = np.ones(0, dtype=bool)
+        self.cost = np.zeros(0, dtype=np.float64)
+
+    def extend(self, sigs: list[Signature], new: Tenant, bound: float, model: SloModel) -> None:
+        start = self.ok.size
+        if start == len(sigs):
+            return
+        ok, cost = np.ones(len(sigs) - start, dtype=bool), np.zeros(len(sigs) - start)
+        for k, (gpu_model, sharing, pairs) in enumerate(sigs[start:]):
+            c, broken, _ = judge(model, gpu_model, sharing, pairs, new, bound)
+            ok[k], cost[k] = broken is None, c
+        self.ok, self.cost = np.concatenate([self.ok, ok]), np.concatenate([self.cost, cost])
+
+
+def judge(model: SloModel, gpu_model: str, sharing: str, pairs, new: Tenant, bound: float
+          ) -> tuple[float, int | None, tuple[float, ...]]:
+    """(cost, index of the first pod whose SLO breaks or None, predicted slowdowns after) of adding a pod of
+    class (new, bound) to a GPU holding `pairs` (tenant, bound); index len(pairs) is the new pod itself."""
+    if not pairs:
+        return 0.0, None, (1.0,)
+    together = [t for t, _ in pairs] + [new]
     after = model.slowdowns(gpu_model, sharing, together)
-    before = model.slowdowns(gpu_model, sharing, together[:-1]) if len(tenants) > 1 else (1.0,)
+    before = model.slowdowns(gpu_model, sharing, together[:-1])
     cost, broken = 0.0, None
-    for t, was, now in zip(tenants, before, after, strict=False):
-        if t.slo > 0:
-            if now > t.slo + 1e-9 and broken is None:
-                broken = Blocker(-1, -1, t.name, now, t.slo)
-            cost += max(0.0, now - was) / (t.slo - 1.0)
-    if request.slo > 0 and after[-1] > request.slo + 1e-9 and broken is None:
-        broken = Blocker(-1, -1, request.name, after[-1], request.slo)
-    return cost, broken, after[-1], request.slo
+    for k, ((_, slo), was, now) in enumerate(zip(pairs, before, after, strict=False)):
+        if slo > 0:
+            if now > slo + 1e-9 and broken is None:
+                broken = k
+            cost += max(0.0, now - was) / (slo - 1.0)
+    if bound > 0 and after[-1] > bound + 1e-9 and broken is None:
+        broken = len(pairs)
+    return cost, broken, after
+
+
+def model_of(cluster: Cluster) -> SloModel:
+    """The model a cluster's decisions price with: simgpu's (`slo.default_model`), unless a caller set
+    another in `plugin_state["slo_model"]` (the simulator's naive rule)."""
+    return cluster.plugin_state.get("slo_model") or default_model()
 
 
 def class_key(request: Request) -> tuple[Tenant, float] | None:
@@ -71,46 +121,48 @@ def class_key(request: Request) -> tuple[Tenant, float] | None:
     return (tenant_of(request), request.slo) if guards(request) else None
 
 
-def _refresh(cluster: Cluster, request: Request, rows, model: SloModel) -> _ClassCache:
+def _answers(cluster: Cluster, request: Request, model: SloModel) -> tuple[np.ndarray, _ClassAnswers]:
     state = cluster.plugin_state.setdefault(_STATE_KEY, {})
-    key = class_key(request)
-    cache = state.get(key)
-    if cache is None or cache.ok.shape != cluster.gpu_left.shape:
-        cache = state[key] = _ClassCache(cluster.gpu_left.shape)
-    wanted = np.zeros(cluster.size, dtype=bool)
-    wanted[rows] = True
-    stale = np.flatnonzero(wanted & (cache.version != cluster.version))
-    for n in stale:
-        n = int(n)
-        cache.ok[n] = True
-        cache.cost[n] = 0.0
-        for g in range(int(cluster.gpu_count[n])):
-            cache.blocker.pop((n, g), None)
-            tenants = cluster.gpu_tenants.get((n, g))
-            if not tenants:
-                continue
-            gpu_model = cluster.models[cluster.gpu_model_idx[n, g]]
-            cost, broken, _, _ = judge(model, gpu_model, cluster.gpu_mode[n, g], list(tenants.values()), request)
-            cache.cost[n, g] = cost
-            if broken is not None:
-                cache.ok[n, g] = False
-                cache.blocker[(n, g)] = Blocker(n, g, broken.pod, broken.predicted, broken.bound)
-        cache.version[n] = cluster.version[n]
-    return cache
+    sigs = state.get("signatures")
+    if sigs is None or sigs.ids.shape != cluster.gpu_left.shape:
+        sigs = state["signatures"] = _Signatures(cluster.gpu_left.shape)
+        state["classes"] = {}
+    ids = sigs.refresh(cluster)
+    key = (class_key(request), model)  # a test may price with its own model
+    answers = state["classes"].setdefault(key, _ClassAnswers())
+    answers.extend(sigs.list, key[0][0], key[0][1], model)
+    return ids, answers
 
 
 def slo_mask(cluster: Cluster, request: Request, rows=slice(None), model: SloModel | None = None) -> np.ndarray:
     """GPUs of `rows` the request may join without breaking an SLO (shape as `cluster.gpu_left[rows]`)."""
-    return _refresh(cluster, request, rows, model or default_model()).ok[rows]
+    ids, answers = _answers(cluster, request, model or model_of(cluster))
+    ids = ids[rows]
+    return np.where(ids < 0, True, answers.ok[np.maximum(ids, 0)] if answers.ok.size else True)
 
 
 def slo_cost(cluster: Cluster, request: Request, rows=slice(None), model: SloModel | None = None) -> np.ndarray:
     """Slack the protected co-runners of each GPU of `rows` would lose (0 where there are none)."""
-    return _refresh(cluster, request, rows, model or default_model()).cost[rows]
+    ids, answers = _answers(cluster, request, model or model_of(cluster))
+    ids = ids[rows]
+    return np.where(ids < 0, 0.0, answers.cost[np.maximum(ids, 0)] if answers.cost.size else 0.0)
 
 
-def blockers(cluster: Cluster, request: Request, nodes, model: SloModel | None = None) -> list[Blocker]:
-    """Every GPU of `nodes` refused for an SLO, and whose, by node and GPU."""
-    cache = _refresh(cluster, request, nodes, model or default_model())
-    chosen = set(int(n) for n in np.atleast_1d(np.arange(cluster.size)[nodes]))
-    return [b for (n, g), b in sorted(cache.blocker.items()) if n in chosen]
+def blockers(cluster: Cluster, request: Request, nodes, limit: int | None = None,
+             model: SloModel | None = None) -> tuple[list[Blocker], int]:
+    """GPUs of `nodes` refused for an SLO, and whose (the first `limit`, by node and GPU), with how many GPUs
+    were refused in all. Whose is priced from the pods there, for the few GPUs named only."""
+    model = model or model_of(cluster)
+    nodes = np.atleast_1d(np.arange(cluster.size)[nodes])
+    refused = ~slo_mask(cluster, request, nodes, model) & cluster.gpu_slots[nodes]
+    rows, gpus = np.nonzero(refused)
+    new, out = tenant_of(request), []
+    for r, g in list(zip(rows, gpus, strict=True))[:limit]:
+        n, g = int(nodes[r]), int(g)
+        tenants = sorted(cluster.gpu_tenants[(n, g)].values(), key=lambda t: (tenant_of(t), t.slo))
+        pairs = [(tenant_of(t), t.slo) for t in tenants]
+        _, broken, after = judge(model, cluster.models[cluster.gpu_model_idx[n, g]], str(cluster.gpu_mode[n, g]),
+                                 pairs, new, request.slo)
+        who = tenants[broken] if broken < len(tenants) else request
+        out.append(Blocker(n, g, who.name, after[broken], who.slo))
+    return out, int(rows.size)

@@ -89,7 +89,10 @@ class FgdPolicy(BasePolicy):
             return self.node_scores(both[:n] - both[n:]), np.zeros(n, dtype=np.int64)
         # A GPU whose room equals an earlier fitting GPU's on the same node gives the same node state (the measure
         # ignores GPU order), so only the first GPU of each distinct room is tried: the lowest index wins ties.
-        candidate = gpu_fit(c, request, nodes) & ~_repeats_earlier(left)
+        # Only fitting GPUs count as repeats: one the fit rule refuses (an SLO, a UUID list) must not hide an
+        # allowed GPU of the same room, so refused GPUs get distinct negative rooms here.
+        fits = gpu_fit(c, request, nodes)
+        candidate = fits & ~_repeats_earlier(np.where(fits, left, -1 - np.arange(left.shape[1])))
         row, gpu = np.nonzero(candidate)  # by node, then GPU index
         trial = left[row]
         trial[np.arange(row.size), gpu] -= milli
