@@ -17,13 +17,12 @@ import sys
 import time
 
 import numpy as np
+from fgpu_operator.placement import Cluster, Framework, NodeSpec, Request, Unschedulable
+from fgpu_operator.placement.fragmentation import TargetWorkload
+from fgpu_operator.placement.live import DEFAULT_SHAPES
+from fgpu_operator.placement.policies import make_policy
 from rich.console import Console
 from rich.table import Table
-
-from fgpu_operator.placement import Cluster, Framework, NodeSpec, Request, Unschedulable
-from fgpu_operator.placement.live import DEFAULT_SHAPES
-from fgpu_operator.placement.fragmentation import TargetWorkload
-from fgpu_operator.placement.policies import make_policy
 
 SHARES = (100, 200, 250, 300, 500, 700)
 FILL = 0.7

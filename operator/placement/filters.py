@@ -198,9 +198,10 @@ def rejection_counts(cluster: Cluster, request: Request, details: list[str] | No
             if failed.any():
                 counts[reason] = counts.get(reason, 0) + int(failed.sum())
                 rejected |= failed
-        if details is not None and rejected.any() and hasattr(plugin, "detail"):
-            if said := plugin.detail(cluster, request, alive[rejected]):
-                details.append(said)
+        said = plugin.detail(cluster, request, alive[rejected]) if (
+            details is not None and rejected.any() and hasattr(plugin, "detail")) else ""
+        if said:
+            details.append(said)
         alive = alive[~rejected]
     return counts
 

@@ -5,7 +5,8 @@ timeline simulator's departure check — so none of them can drift from the othe
 A GPU fits a request when it takes that kind of request (healthy, and in a sharing mode that offers shares
 or whole GPUs), its model is allowed, it has the compute share left and the GPU memory left, and the pod's
 GPU-UUID and KubeShare group rules allow it, and, for a share that guards SLOs, no co-runner's SLO (nor its
-own) would break there (`slo_guard`). Memory is checked only once some reservation named its own
+own) would break there (`slo_guard`), and, for a low-priority share, its protected pod has not been measured
+over its SLO (`slo_feedback`). Memory is checked only once some reservation named its own
 memory: while every pod's memory is its GPU share of the device, compute room implies memory room.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .model import Cluster, Request
+from .slo_feedback import hold_mask
 from .slo_guard import guards, slo_mask
 
 #: Stages of the rule, in the order a failure is explained (each stage adds checks to the previous ones):
@@ -33,8 +35,10 @@ def gpu_fit(cluster: Cluster, request: Request, rows=slice(None), stage: int = S
         allowed = _constraint_mask(cluster, request)
         if allowed is not None:
             fits &= allowed[rows]
-    if stage >= SLO and guards(request):
-        fits &= slo_mask(cluster, request, rows)
+    if stage >= SLO:
+        fits &= hold_mask(cluster, request, rows)
+        if guards(request):
+            fits &= slo_mask(cluster, request, rows)
     return fits
 
 

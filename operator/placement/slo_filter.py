@@ -8,9 +8,11 @@ import numpy as np
 
 from .fit import FULL, SLO, fitting_gpus, gpu_fit
 from .model import Cluster, Request
+from .slo_feedback import hold_mask, holds_apply
 from .slo_guard import blockers, guards, slo_cost
 
 REASON = "would break a co-runner's SLO"
+HELD_REASON = "had only GPUs held: a protected pod measured over its SLO"
 MAX_NAMED = 3  # GPUs named in an explanation; the count says how many more
 
 
@@ -18,20 +20,23 @@ class SloFit:
     name = "SloFit"
 
     def applies(self, cluster: Cluster, request: Request) -> bool:
-        return guards(request)
+        return guards(request) or holds_apply(cluster, request)
 
     def passes(self, cluster: Cluster, request: Request, rows) -> np.ndarray:
         return fitting_gpus(cluster, request, rows, SLO) >= request.num_gpu
 
     def failures(self, cluster: Cluster, request: Request, rows) -> list[tuple[str, np.ndarray]]:
-        return [(REASON, ~self.passes(cluster, request, rows))]
+        """Nodes whose fitting GPUs are all held (measured), then those refused by the prediction."""
+        full = gpu_fit(cluster, request, rows, FULL)
+        held = (full & hold_mask(cluster, request, rows)).sum(axis=-1) < request.num_gpu
+        return [(HELD_REASON, held), (REASON, ~held & ~self.passes(cluster, request, rows))]
 
     def detail(self, cluster: Cluster, request: Request, rows) -> str:
         """Whose SLO blocked which GPU, on the nodes of `rows` this filter rejected (GPUs that fit but for
         an SLO; the first MAX_NAMED named, the rest counted)."""
         nodes = np.arange(cluster.size)[rows]
         fits = gpu_fit(cluster, request, nodes, FULL).any(axis=1)
-        found, total = blockers(cluster, request, nodes[fits], MAX_NAMED)
+        found, total = blockers(cluster, request, nodes[fits], MAX_NAMED) if guards(request) else ([], 0)
         if not found:
             return ""
         named = [f"{'its own' if b.pod == request.name else b.pod + chr(39) + 's'} SLO on "

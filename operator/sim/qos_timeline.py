@@ -22,7 +22,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
-
 from fgpu_operator.placement.model import Cluster, Placement
 from fgpu_operator.placement.slo import SloModel, Tenant, default_model, tenant_of
 

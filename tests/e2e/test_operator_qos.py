@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from fgpu_operator.placement.slo import Tenant, default_model
 from inventories import fractional_inventory
 from placement_util import Pods, inventory_node, operator_with_webhook, pod, set_inventory
 from polling import wait_for
 
 from fgpu_contracts import keys
-from fgpu_operator.placement.slo import Tenant, default_model
 
 pytestmark = pytest.mark.e2e
 
