@@ -1,5 +1,6 @@
 """The QoS filter through the running operator on the real apiserver (docs/qos.md): a protected pod and three
-best-effort pods that would each break its SLO on its GPU end up where the filter decides, and the pod that
+best-effort pods that would each break its SLO on its GPU end up where the filter decides (asked for by the
+fgpu policy, and by a pod's own `fgpu.io/slo-filter` beside the operator's binpack), and the pod that
 finds no GPU left but the protected one's is explained, naming whose SLO blocked which GPU, in the pod's
 condition and in `fgpu inspect pod`."""
 from __future__ import annotations
@@ -47,12 +48,14 @@ def test_best_effort_pods_are_kept_off_the_protected_pods_gpu(pods, op, kubeconf
     serve = pods.placed("serve")
     assert serve.priority == {"main": 0}
     for i in range(3):
-        pods.create(share(f"train-{i}", "0.3"))
+        pods.create(share(f"train-{i}", "0.3", **{keys.FGPU_POLICY: "fgpu"}))  # fgpu keeps SLOs by default
     trains = [pods.placed(f"train-{i}") for i in range(3)]
     assert {t.one().uuid for t in trains} == {f"GPU-{NODE}-0", f"GPU-{NODE}-1"} - {serve.one().uuid}
     assert all(t.priority == {"main": 1} for t in trains)
 
-    pods.create(share("train-3", "0.3"))  # the other GPU has 0.1 left; the protected pod's has 0.7, blocked
+    # the module's operator runs binpack; this pod asks for the QoS filter itself. The other GPU has 0.1 left,
+    # the protected pod's has 0.7: blocked
+    pods.create(share("train-3", "0.3", **{keys.FGPU_SLO_FILTER: "true"}))
     why = f"{op.namespace}/serve's SLO on {NODE} GPU {serve.one().uuid[-1]} (predicted {predicted:.2f}x > 1.2x)"
 
     def explained():
