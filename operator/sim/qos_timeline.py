@@ -1,14 +1,18 @@
-"""`fgpu simulate --mode timeline --protected-share S --slo B`: what keeping SLOs costs in packing.
+"""What keeping SLOs costs in packing: `fgpu simulate --mode timeline --protected-share S --slo B`, and the FGD
+protocol's version of it (`replay_qos`, which bench/simulate_qos.py sweeps).
 
 A share S of the trace's GPU-sharing pods (drawn per seed) is protected: high priority with slowdown bound B;
 the rest are best-effort (whole-GPU pods have no co-runners, so none is marked). Each policy replays the
-trace's arrivals and departures (`timeline.run_timeline`); the watcher follows every GPU's shares and, between
-two events on a GPU, prices each protected pod's slowdown there with simgpu's co-location model
-(`placement.slo`) *perturbed by the model's own measured error*: for each pod and set of co-runners, one
-residual drawn from the time-slicing and MPS co-location checks that simgpu was not fitted on
-(bench/data/colocation_residuals.json, from bench/simgpu_fidelity.py), so a filter that trusts the model
-blindly is not graded by it. A pod is within its SLO while that perturbed slowdown is at most B;
-attainment = protected pods' time within bound / their time running, pooled.
+trace (timeline: its arrivals and departures; replay: the FGD protocol, pods arriving until 100% of GPU
+capacity and never leaving, one arrival counting as one unit of time); the watcher follows every GPU's shares
+and, between two events on a GPU, prices each protected pod's slowdown s there with simgpu's co-location model
+(`placement.slo`) *perturbed by the model's own measured error* e: for each pod and set of co-runners, one
+residual (predicted / measured rate - 1) drawn from the time-slicing and MPS co-location checks simgpu was not
+fitted on (bench/data/colocation_residuals.json, from bench/simgpu_fidelity.py), so a filter that trusts the
+model blindly is not graded by it. A residual is the error of a co-located rate, so it scales what
+co-location adds: the pod is within its SLO while 1 + (s - 1)(1 + e) <= B (`attainment`); the harsher
+s (1 + e) <= B, which also charges the error to a pod whose co-runners are idle, is kept beside it
+(`attainment_total`). Attainment = protected pods' time within bound / their time running, pooled.
 
 Policies: the trace policies as they are, `fgpu+qos` (fgpu with the QoS filter; `fgpu+qos@M` filters at
 the bound 1 + M (B - 1), a margin M < 1 for the model's error) and `naive` (fgpu allowing at most one protected
@@ -64,11 +68,14 @@ class Attainment:
     errors: np.ndarray
     seed: int
     override: SloModel | None = None
-    within: float = 0.0
+    within: float = 0.0  # the residual scales what co-location adds: 1 + (s - 1)(1 + e)
+    within_total: float = 0.0  # the residual scales the whole slowdown: s (1 + e), harsher near s = 1
     running: float = 0.0
 
     def attach(self, cluster: Cluster) -> None:
         self.cluster = cluster
+        self.capacity = cluster.total_gpus * 1000
+        self.points: list[dict] = []
         self.truth = default_model()
         if self.override is not None:
             cluster.plugin_state["slo_model"] = self.override
@@ -90,11 +97,12 @@ class Attainment:
         for name, t, s in zip(names, tenants, predicted, strict=True):
             if not t.high:
                 continue
-            if len(tenants) > 1:
-                s = max(1.0, s * (1.0 + self.errors[self._draw(name, state)]))
+            e = self.errors[self._draw(name, state)] if len(tenants) > 1 else 0.0
             self.running += dt
-            if s <= self.bound + 1e-9:
+            if max(1.0, 1.0 + (s - 1.0) * (1.0 + e)) <= self.bound + 1e-9:
                 self.within += dt
+            if max(1.0, s * (1.0 + e)) <= self.bound + 1e-9:
+                self.within_total += dt
 
     def _draw(self, name: str, state: str) -> int:
         """One residual per (pod, co-runner set, seed): the same stay is graded with the same error."""
@@ -111,6 +119,16 @@ class Attainment:
         self._flush(gpu, now)
         self.residents.get(gpu, {}).pop(p.request.name, None)
 
+    def checkpoint(self, step: float, arrived: int, used: int) -> None:
+        """Replay mode: at each tenth of capacity arrived from 50%, the allocation and attainment so far."""
+        pct = int(100 * arrived // self.capacity)
+        if pct < 50 or pct % 10 or any(p["arrived_pct"] == pct for p in self.points):
+            return
+        for gpu in list(self.residents):
+            self._flush(gpu, step)
+        self.points.append({"arrived_pct": pct, "alloc_pct": 100 * used / self.capacity, "attainment": self.ratio,
+                            "attainment_total": self.within_total / self.running if self.running > 0 else 1.0})
+
     @property
     def ratio(self) -> float:
         return self.within / self.running if self.running > 0 else 1.0
@@ -124,6 +142,18 @@ def policy_setup(name: str) -> tuple[str, bool, float, SloModel | None]:
         margin = float(name.split("@", 1)[1]) if "@" in name else 1.0
         return "fgpu", True, margin, None
     return name, False, 1.0, None
+
+
+def replay_qos(nodes, trace: Trace, name: str, share: float, bound: float, seed: int, errors: np.ndarray) -> dict:
+    """The FGD protocol (pods arrive until 100% of GPU capacity, never leave), arrivals counting as time:
+    allocation and attainment at each tenth of capacity arrived from 50% to 100%."""
+    from .replay import replay
+
+    policy, guard, margin, override = policy_setup(name)
+    marked = mark(trace, share, bound, seed, guard, margin)
+    watch = Attainment(bound, errors, seed, override)
+    replay(nodes, marked, policy, seed, tune=1.0, watch=watch)
+    return {"policy": name, "seed": seed, "points": watch.points}
 
 
 def run_qos(nodes, trace: Trace, name: str, share: float, bound: float, seed: int, load: float | None,
