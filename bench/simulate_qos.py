@@ -73,10 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"openb default, FGD protocol, {len(seeds_of(args.seeds))} seeds, {args.protected_share:.0%} of sharing "
           f"pods protected, bound {args.slo:g}x; attainment mean over seeds (min seed), graded against perturbed "
           "slowdowns (residual on the added slowdown; on the whole slowdown in the last column)")
-    print(f"{'policy':<14} {'arrived':>7} {'alloc %':>8} {'attainment':>11} {'(min seed)':>10} {'whole-s':>8}")
+    print(f"{'policy':<14} {'arrived':>7} {'seeds':>5} {'alloc %':>8} {'attainment':>11} {'(min seed)':>10} "
+          f"{'whole-s':>8}")
     for s in summary:
-        print(f"{s['policy']:<14} {s['arrived_pct']:>6}% {s['alloc_pct']:>8.2f} {100 * s['attainment']:>10.2f}% "
-              f"{100 * s['attainment_min']:>9.2f}% {100 * s['attainment_total']:>7.2f}%")
+        print(f"{s['policy']:<14} {s['arrived_pct']:>6}% {s['seeds']:>5} {s['alloc_pct']:>8.2f} "
+              f"{100 * s['attainment']:>10.2f}% {100 * s['attainment_min']:>9.2f}% {100 * s['attainment_total']:>7.2f}%")
     print(f"{len(jobs)} runs, {wall:.0f} s wall with {args.workers} workers")
     if args.json:
         Path(args.json).write_text(json.dumps({"summary": summary, "runs": rows, "wall_s": wall}, indent=1))

@@ -119,9 +119,10 @@ class Attainment:
         self._flush(gpu, now)
         self.residents.get(gpu, {}).pop(p.request.name, None)
 
-    def checkpoint(self, step: float, arrived: int, used: int) -> None:
-        """Replay mode: at each tenth of capacity arrived from 50%, the allocation and attainment so far."""
-        pct = int(100 * arrived // self.capacity)
+    def checkpoint(self, step: float, arrived: int, used: int, last: bool = False) -> None:
+        """Replay mode: at each tenth of capacity arrived from 50%, the allocation and attainment so far;
+        `last`: the end of the replay counts as 100% (the tuned workload stops a share short of it)."""
+        pct = 100 if last else int(100 * arrived // self.capacity)
         if pct < 50 or pct % 10 or any(p["arrived_pct"] == pct for p in self.points):
             return
         for gpu in list(self.residents):
@@ -152,7 +153,8 @@ def replay_qos(nodes, trace: Trace, name: str, share: float, bound: float, seed:
     policy, guard, margin, override = policy_setup(name)
     marked = mark(trace, share, bound, seed, guard, margin)
     watch = Attainment(bound, errors, seed, override)
-    replay(nodes, marked, policy, seed, tune=1.0, watch=watch)
+    result = replay(nodes, marked, policy, seed, tune=1.0, watch=watch)
+    watch.checkpoint(result.pods, int(result.arrived[-1]), int(result.used[-1]), last=True)
     return {"policy": name, "seed": seed, "points": watch.points}
 
 

@@ -30,18 +30,19 @@ def op(k8s, kwok, tmp_path_factory):
     yield from operator_with_webhook(k8s, tmp_path_factory.mktemp("qos"), base)
 
 
-@pytest.fixture
-def pods(op):
-    made = Pods(op.core, op.namespace)
-    yield made
-    made.cleanup()
-
-
 def share(name: str, fraction: str, **annotations: str) -> dict:
     return pod(name, [NODE], annotations={keys.FGPU_FRACTION: fraction, **annotations})
 
 
-def test_best_effort_pods_are_kept_off_the_protected_pods_gpu(pods, op, kubeconfig_env):
+def test_best_effort_pods_are_kept_off_the_protected_pods_gpu(op, kubeconfig_env):
+    pods = Pods(op.core, op.namespace)
+    try:
+        scenario(pods, op)
+    finally:
+        pods.cleanup()
+
+
+def scenario(pods: Pods, op) -> None:
     predicted = default_model().slowdowns("H100-SXM5-80GB", "fractional", [Tenant(0.3, True), Tenant(0.3, False)])[0]
     assert predicted > 1.2  # the premise: one 0.3 best-effort neighbour breaks a protected 0.3 share's bound
     pods.create(share("serve", "0.3", **{keys.FGPU_PRIORITY: "high"}))
