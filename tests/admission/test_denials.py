@@ -168,6 +168,20 @@ DENIALS = {
     'duplicate container names': (
         'spec: {containers: [{name: a}, {name: a}]}',
         "spec.containers: container name 'a' is used twice"),
+    'bound on a low-priority pod': (
+        "metadata: {annotations: {fgpu.io/gpu-fraction: '0.3', fgpu.io/priority: low, fgpu.io/slo-slowdown: '1.5'}}\n"
+        "spec: {containers: [{name: main}]}",
+        "metadata.annotations[fgpu.io/slo-slowdown]: '1.5' is a slowdown bound, which protects a high-priority pod "
+        "only, and metadata.annotations[fgpu.io/priority] is 'low' (allowed: no bound on a low-priority pod, or "
+        "priority high)"),
+    'duty cycle above one': (
+        "metadata: {annotations: {fgpu.io/gpu-fraction: '0.3', fgpu.io/duty-cycle: '1.5'}}\n"
+        "spec: {containers: [{name: main}]}",
+        "metadata.annotations[fgpu.io/duty-cycle]: '1.5' is not a duty cycle (allowed: 0 < d <= 1)"),
+    'slo filter not a boolean': (
+        "metadata: {annotations: {fgpu.io/gpu-fraction: '0.3', fgpu.io/slo-filter: 'yes'}}\n"
+        "spec: {containers: [{name: main}]}",
+        "metadata.annotations[fgpu.io/slo-filter]: 'yes' is not supported (allowed: true, false)"),
     'annotation not a string': (
         'metadata: {annotations: {fgpu.io/gpu-fraction: 0.5}}\nspec: {containers: [{name: main}]}',
         'metadata.annotations[fgpu.io/gpu-fraction]: 0.5 is not a string'),
@@ -203,3 +217,20 @@ def test_new_pod_with_an_allocation_is_forbidden_whatever_its_scheduler_or_node(
     answer = review(envelope(pod(text)), CONFIG)["response"]
     assert (answer["allowed"], answer["status"]["code"], answer["status"]["reason"]) == (False, 403, "Forbidden")
     assert answer["status"]["message"] == HANDOFF_MESSAGE
+
+
+@pytest.mark.parametrize(("priority", "annotations", "expected"), [
+    (1000, {}, "high"),  # at the cluster's protectedPriority: protected
+    (999, {}, "low"),
+    (5000, {"fgpu.io/priority": "low"}, "low"),  # the pod's own word wins
+    (None, {}, "low"),
+])
+def test_a_priority_class_at_the_threshold_protects_a_pod_that_names_no_priority(priority, annotations, expected):
+    from fgpu_operator.admission import AdmissionConfig
+
+    body = pod("metadata: {annotations: {fgpu.io/gpu-fraction: '0.3'}}\nspec: {containers: [{name: main}]}")
+    body["metadata"]["annotations"].update(annotations)
+    if priority is not None:
+        body["spec"]["priority"] = priority
+    config = AdmissionConfig(max_gpu_memory_bytes=CONFIG.max_gpu_memory_bytes, protected_priority=1000)
+    assert parse_pod(body, config).priority == expected
