@@ -12,6 +12,7 @@ from fgpu_contracts.wire import Condition, ObjectMeta, WireModel
 
 NodePolicy = Literal["binpack", "spread", "fgd", "fgpu"]
 GpuPolicy = Literal["binpack", "spread"]
+SloFilter = Literal["fgpu", "all"]
 
 
 class SchedulingPolicySpec(WireModel):
@@ -26,6 +27,11 @@ class SchedulingPolicySpec(WireModel):
     takeover_schedulers: tuple[str, ...] | None = None
     aliyun_memory_unit: Literal["GiB", "MiB"] | None = None  # `aliyun.com/gpu-mem`'s unit (default GiB)
     default_slo_slowdown: float = pydantic.Field(default=1.2, gt=1.0, le=100.0)  # a high-priority pod's bound
+    # Pods whose PriorityClass value (spec.priority) is at least this are protected (high priority) unless
+    # they say otherwise; None: only `fgpu.io/priority: high` or `fgpu.io/slo-slowdown` protect a pod.
+    protected_priority: int | None = None
+    # Which node policies keep co-runners' SLOs (the QoS filter): `fgpu` alone, or every policy.
+    slo_filter: SloFilter = "fgpu"
 
 
 class SchedulingPolicyStatus(WireModel):

@@ -88,7 +88,9 @@ class GpuRequest(_Model):
     version: Literal["v1"] = "v1"
     source: Source = "fgpu"
     containers: tuple[ContainerRequest, ...] = pydantic.Field(min_length=1)
-    priority: Priority = "high"
+    # "high": protected, its slowdown bounded (`slo_slowdown`, else the cluster's default); "low": best-effort,
+    # no bound. A pod that asks for nothing is best-effort (docs/qos.md).
+    priority: Priority = "low"
     model_filters: tuple[ModelFilter, ...] = ()  # all must pass; at most one per rule
     uuids: tuple[str, ...] = ()  # allowed GPU UUIDs; empty: any
     exclude_uuids: tuple[str, ...] = ()
@@ -98,6 +100,17 @@ class GpuRequest(_Model):
     anti_affinity: str | None = None  # pods of one group never share a GPU
     exclusion: str | None = None  # a GPU holds pods of one exclusion group only
     slo_slowdown: float | None = pydantic.Field(default=None, gt=1.0, le=100.0)
+    # The pod's workload class for the co-location model: the fraction of time it keeps its GPU busy when
+    # alone (`fgpu.io/duty-cycle`; None: its compute share, the most its cap lets it use).
+    duty_cycle: float | None = pydantic.Field(default=None, gt=0.0, le=1.0)
+    # Whether placement keeps co-runners' SLOs for this pod (`fgpu.io/slo-filter`; None: the cluster's rule).
+    slo_filter: bool | None = None
+
+    @pydantic.model_validator(mode="after")
+    def _bound_needs_priority(self) -> GpuRequest:
+        if self.slo_slowdown is not None and self.priority != "high":
+            raise ValueError("a slowdown bound protects a high-priority pod; this one is low priority")
+        return self
 
     @pydantic.model_validator(mode="before")
     @classmethod

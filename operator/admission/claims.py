@@ -106,6 +106,7 @@ def build(claims: list[Claim], view: PodView, config: AdmissionConfig) -> GpuReq
         pod["model_filters"] = tuple(filters)
     used = {c.source for c in claims}
     pod.setdefault("source", next(s for s in SOURCES if s in used))
+    _protection(pod, chosen, view, config)
     order = [c.name for c in view.containers]
     try:
         containers = tuple(_container(n, per[n], view, config) for n in sorted(per, key=order.index))
@@ -114,6 +115,26 @@ def build(claims: list[Claim], view: PodView, config: AdmissionConfig) -> GpuReq
         raise InputError(first_error(err), field="fgpu.io/request") from None
     check_placeable(request, chosen)
     return request
+
+
+def _protection(pod: dict, chosen: dict[tuple[str | None, str], Claim], view: PodView,
+                config: AdmissionConfig) -> None:
+    """Who is protected (docs/qos.md): a pod that asks for nothing is best-effort; a slowdown bound, or a
+    PriorityClass value at or above the cluster's `protectedPriority`, makes a pod that names no priority
+    high priority. A bound on a pod that says it is low priority is refused (it would protect nothing)."""
+    bound = chosen.get((None, "slo_slowdown"))
+    named = chosen.get((None, "priority"))
+    if bound is not None and named is not None and named.value != "high":
+        raise InputError(f"{show(bound.text)} is a slowdown bound, which protects a high-priority pod only, and "
+                         f"{named.field} is {show(named.text)}", field=bound.field,
+                         allowed=["no bound on a low-priority pod", "or priority high"])
+    if named is not None:
+        return
+    value = view.spec.get("priority")
+    by_class = (config.protected_priority is not None and isinstance(value, int) and not isinstance(value, bool)
+                and value >= config.protected_priority)
+    if bound is not None or by_class:
+        pod["priority"] = "high"
 
 
 def first_error(err: pydantic.ValidationError) -> str:

@@ -44,6 +44,9 @@ class AdmissionConfig(pydantic.BaseModel):
     resources: ResourceNames = ResourceNames()
     #: Values of `fgpu.io/policy` (the placement core's node policies).
     node_policies: tuple[str, ...] = ("binpack", "spread", "fgd", "fgpu")
+    #: Pods whose PriorityClass value (`spec.priority`) is at least this are protected (high priority) unless
+    #: they name a priority; None: only `fgpu.io/priority: high` or a slowdown bound protect a pod.
+    protected_priority: int | None = None
     #: Users (`userInfo.username`) that may change hand-off annotations on an existing pod.
     trusted_users: tuple[str, ...] = (
         f"system:serviceaccount:{OPERATOR_NAMESPACE}:fgpu-operator",

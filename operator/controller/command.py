@@ -94,6 +94,13 @@ def register(subparsers) -> None:
     p.add_argument("--handoff-key-file", default="", metavar="PATH",
                    help="key to sign each assignment with (fgpu.io/assignment-signature); give every device plugin "
                         "the same file (the Helm chart makes and mounts one). Default: assignments go unsigned")
+    p.add_argument("--slo-feedback-prometheus", default="", metavar="URL",
+                   help="Prometheus that scrapes the node daemons: a GPU whose protected pod is measured over its "
+                        "SLO for --slo-feedback-window takes no new low-priority pods (docs/qos.md; default: off)")
+    p.add_argument("--slo-feedback-window", type=_positive(float), default=60.0, metavar="SECONDS",
+                   help="how long a protected pod must be over its bound before its GPU is held (default 60)")
+    p.add_argument("--slo-feedback-every", type=_positive(float), default=15.0, metavar="SECONDS",
+                   help="how often to ask Prometheus (default 15)")
     p.add_argument("-v", "--verbose", action="store_true")
     p.set_defaults(func=run)
 
@@ -119,7 +126,9 @@ def run(args: argparse.Namespace) -> int:
         leader_elect=not args.no_leader_elect,
         lease_namespace=args.lease_namespace, identity=args.identity, webhook_port=args.webhook_port,
         webhook_addr=args.webhook_addr, webhook_host=args.webhook_host, webhook_cert_dir=args.webhook_cert_dir,
-        manage_webhook_config=args.manage_webhook_config, handoff_key=handoff_key)
+        manage_webhook_config=args.manage_webhook_config, handoff_key=handoff_key,
+        slo_feedback_url=_prometheus_url(args.slo_feedback_prometheus),
+        slo_window_s=args.slo_feedback_window, slo_every_s=args.slo_feedback_every)
     for flag, port in (("--webhook-port", args.webhook_port), ("--metrics-port", args.metrics_port)):
         if not 0 <= port <= 65535:
             raise InputError(f"{port} is not a TCP port", field=flag, allowed=["0..65535"])
@@ -145,6 +154,19 @@ def run(args: argparse.Namespace) -> int:
         if server is not None:
             server.shutdown()
     return 0
+
+
+def _prometheus_url(url: str) -> str:
+    """--slo-feedback-prometheus checked as `fgpu report --prometheus` is ("" stays off)."""
+    if not url:
+        return ""
+    from ..observe.prom import check_url
+
+    try:
+        return check_url(url)
+    except InputError as err:
+        raise InputError(str(err).split(": ", 1)[-1].split(" (allowed:")[0], field="--slo-feedback-prometheus",
+                         allowed=err.allowed) from None
 
 
 def _serve_metrics(handlers, port: int):

@@ -59,6 +59,9 @@ class OperatorConfig:
     manage_webhook_config: bool = False  # let Kopf create the (Mutating|Validating)WebhookConfiguration
     handoff_key: bytes | None = None  # --handoff-key-file's key: signs every assignment (None: unsigned)
     writer_process: bool = True  # Bindings and Events written by a child process (False: --inline-writes)
+    slo_feedback_url: str = ""  # Prometheus with the daemons' QoS series (empty: no measured-SLO feedback)
+    slo_window_s: float = 60.0  # how long a protected pod must be over its bound before its GPU is held
+    slo_every_s: float = 15.0  # how often the feedback asks Prometheus
 
     def policy_flags(self) -> SchedulingPolicySpec:
         """The cluster defaults the flags give (a SchedulingPolicy object wins over them, field by field)."""
@@ -150,6 +153,11 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     memo.tasks = [asyncio.create_task(memo.scheduler.run(), name="fgpu-scheduler"),
                   asyncio.create_task(memo.status.run(), name="fgpu-gpunode-status"),
                   asyncio.create_task(memo.policy.run(memo.status_api, is_leader), name="fgpu-policy-status")]
+    if CONFIG.slo_feedback_url:
+        from .slo_feedback import SloFeedback
+
+        feedback = SloFeedback(CONFIG.slo_feedback_url, memo.scheduler, CONFIG.slo_window_s, CONFIG.slo_every_s)
+        memo.tasks.append(asyncio.create_task(feedback.run(), name="fgpu-slo-feedback"))
     if elector is not None:
         memo.tasks.append(asyncio.create_task(elector.run(), name="fgpu-leader-election"))
         memo.tasks.append(asyncio.create_task(_wake_on_leadership(elector, memo)))
@@ -234,7 +242,9 @@ def _apply_policy(memo: kopf.Memo, spec: SchedulingPolicySpec) -> None:
     memo.scheduler.gpu_policy = spec.gpu_policy
     memo.scheduler.default_slo = spec.default_slo_slowdown
     memo.admission = memo.admission.model_copy(update={
-        "takeover_schedulers": spec.takeover_schedulers, "aliyun_memory_unit": spec.aliyun_memory_unit})
+        "takeover_schedulers": spec.takeover_schedulers, "aliyun_memory_unit": spec.aliyun_memory_unit,
+        "protected_priority": spec.protected_priority})
+    memo.scheduler.slo_filter = spec.slo_filter
 
 
 SHUTDOWN_GRACE_S = 5.0

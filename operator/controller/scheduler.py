@@ -82,6 +82,7 @@ class Scheduler:
         self.guard = HandoffGuard()  # the hand-off each bound pod must keep
         self.gpu_policy = "binpack"  # the cluster's GPU policy (SchedulingPolicy), for requests naming none
         self.default_slo = translate.DEFAULT_SLO_SLOWDOWN  # the cluster's slowdown bound for high-priority pods
+        self.slo_filter = "fgpu"  # which node policies keep co-runners' SLOs (SchedulingPolicy sloFilter)
 
     # --- watch events (synchronous: they only update memory) ---------------------------------------------
     def on_node(self, kind: str, node: dict) -> None:
@@ -161,7 +162,7 @@ class Scheduler:
             self.events.post(meta.get("namespace", ""), meta.get("name", ""), uid, doubt.reason, doubt.message)
             bound = bound if doubt.count_claim else None
         try:
-            core = translate.core_request(pod, request if bound else None, self.gpu_policy)
+            core = translate.core_request(pod, request if bound else None, self.gpu_policy, self.default_slo)
         except InputError:
             core = translate.core_request(pod, None)
         self.live.restore(uid, core, node, bound.gpus if bound else (), bound.mig if bound else ())
@@ -227,8 +228,9 @@ class Scheduler:
     async def _schedule_one(self, uid: str, entry: Pending) -> None:
         pod, request = entry.pod, entry.request
         try:
-            core = translate.core_request(pod, request, self.gpu_policy)
             policy = request.node_policy if request is not None else None
+            guard = translate.guards_slo(request, policy or self.live.default_policy, self.slo_filter)
+            core = translate.core_request(pod, request, self.gpu_policy, self.default_slo, guard)
             outcome = self.live.schedule(uid, core, policy)
         except InputError as err:  # a shape the core does not place: say so on the pod, never guess
             outcome = str(err)

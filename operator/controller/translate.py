@@ -145,9 +145,20 @@ def _parsed_request(raw: str) -> GpuRequest:
     return load_request(raw)
 
 
-def core_request(pod: dict, request: GpuRequest | None, gpu_policy: str = "binpack") -> Request:
+def guards_slo(request: GpuRequest | None, node_policy: str, cluster_rule: str = "fgpu") -> bool:
+    """Whether placing this pod keeps its co-runners' SLOs (the QoS filter): the pod's `fgpu.io/slo-filter`,
+    else the cluster's SchedulingPolicy `sloFilter` (`fgpu`: the fgpu policy only; `all`: every policy)."""
+    if request is not None and request.slo_filter is not None:
+        return request.slo_filter
+    return cluster_rule == "all" or node_policy == "fgpu"
+
+
+def core_request(pod: dict, request: GpuRequest | None, gpu_policy: str = "binpack",
+                 default_slo: float | None = None, guard_slo: bool = False) -> Request:
     """The core's view of a pod: its CPU/memory/extended resources, its GPU shape and its constraints
-    (`gpu_policy`: the cluster's GPU policy, for a request that names none)."""
+    (`gpu_policy`: the cluster's GPU policy, for a request that names none), and its QoS: a high-priority
+    pod's bound (its own, else `default_slo`, the SchedulingPolicy's), its duty cycle, and whether placing
+    it keeps co-runners' SLOs (`guard_slo`, from `guards_slo`)."""
     spec = pod.get("spec") or {}
     cpu, mem, ext = pod_resources(pod)
     constraints = Constraints(
@@ -163,11 +174,14 @@ def core_request(pod: dict, request: GpuRequest | None, gpu_policy: str = "binpa
     if request is None:
         return Request(name, cpu, mem, constraints=constraints)
     shape = device_shape(request)  # InputError for two shapes in one pod: said on the pod, never guessed
+    high = request.priority == "high"
     return Request(
         name, cpu, mem, num_gpu=sum(c.count for c in request.containers), gpu_milli=shape.milli_gpu,
         gpu_mem_mib=-(-shape.mem_bytes // _MIB) if shape.mem_bytes else 0,
-        sm_pct=shape.effective_sm_pct, priority=0 if request.priority == "high" else 1,
-        gpu_mem_pct=shape.mem_pct or 0, mig_profile=shape.mig_profile or "", constraints=constraints)
+        sm_pct=shape.effective_sm_pct, priority=0 if high else 1,
+        gpu_mem_pct=shape.mem_pct or 0, mig_profile=shape.mig_profile or "", constraints=constraints,
+        slo=(request.slo_slowdown or default_slo or DEFAULT_SLO_SLOWDOWN) if high else 0.0,
+        duty=request.duty_cycle or 0.0, guard_slo=guard_slo)
 
 
 def _gpu_constraints(request: GpuRequest, default_gpu_policy: str) -> dict:

@@ -16,6 +16,7 @@ import numpy as np
 from .fit import COMPUTE, FULL, KIND, MEMORY, fitting_gpus
 from .model import Cluster, NodeSpec, Request, SelectorTerm, Taint, Toleration
 from .models import reason as model_reason
+from .slo_filter import SloFit
 
 Failures = list[tuple[str, np.ndarray]]
 ALL = slice(None)  # every node: plain views, no gathering copies (the replay's hot path)
@@ -177,7 +178,7 @@ class MigSlot:
 
 #: kube-scheduler's order (NodeUnschedulable, TaintToleration, NodeAffinity, NodeResourcesFit), then ours.
 FILTERS = (NodeUnschedulable(), TaintToleration(), NodeAffinity(), NodeResourcesFit(), GpuModel(), GpuFit(),
-           MigSlot())
+           SloFit(), MigSlot())
 
 
 def filter_nodes(cluster: Cluster, request: Request, rows: np.ndarray | slice = ALL) -> np.ndarray:
@@ -199,8 +200,9 @@ def fits_node(cluster: Cluster, request: Request, node: int) -> bool:
     return bool(filter_nodes(cluster, request, np.array([node]))[0])
 
 
-def rejection_counts(cluster: Cluster, request: Request) -> dict[str, int]:
-    """Why no node fits: each node counted under the reasons of the first filter that rejects it."""
+def rejection_counts(cluster: Cluster, request: Request, details: list[str] | None = None) -> dict[str, int]:
+    """Why no node fits: each node counted under the reasons of the first filter that rejects it (and, into
+    `details`, what a filter with a `detail` says about the nodes it rejected)."""
     alive = np.arange(cluster.size)
     counts: dict[str, int] = {}
     for plugin in FILTERS:
@@ -213,6 +215,10 @@ def rejection_counts(cluster: Cluster, request: Request) -> dict[str, int]:
             if failed.any():
                 counts[reason] = counts.get(reason, 0) + int(failed.sum())
                 rejected |= failed
+        said = plugin.detail(cluster, request, alive[rejected]) if (
+            details is not None and rejected.any() and hasattr(plugin, "detail")) else ""
+        if said:
+            details.append(said)
         alive = alive[~rejected]
     return counts
 

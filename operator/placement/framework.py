@@ -19,6 +19,8 @@ import numpy as np
 from .filters import filter_nodes, rejection_counts
 from .fit import gpu_fit
 from .model import Cluster, Placement, Request
+from .slo_filter import least_slack_lost
+from .slo_guard import guards
 
 
 class Policy(Protocol):
@@ -43,17 +45,21 @@ class Unschedulable:
     request: Request
     total_nodes: int
     reasons: tuple[tuple[str, int], ...]
+    details: tuple[str, ...] = ()  # what a filter adds about its nodes (whose SLO blocked which GPU)
 
     def __str__(self) -> str:
-        """kube-scheduler's FitError wording: "0/N nodes are available: <count reason, sorted>." """
+        """kube-scheduler's FitError wording: "0/N nodes are available: <count reason, sorted>." and the
+        filters' details after it."""
         histogram = sorted(f"{count} {reason}" for reason, count in self.reasons)
-        return f"0/{self.total_nodes} nodes are available" + (f": {', '.join(histogram)}." if histogram else ".")
+        text = f"0/{self.total_nodes} nodes are available" + (f": {', '.join(histogram)}." if histogram else ".")
+        return " ".join((text, *(d[0].upper() + d[1:] + "." for d in self.details)))
 
 
 def explain(cluster: Cluster, request: Request) -> Unschedulable:
     """Why no node fits: each node counted under the reasons of the first filter that rejects it."""
-    counts = rejection_counts(cluster, request)
-    return Unschedulable(request, cluster.size, tuple(sorted(counts.items())))
+    details: list[str] = []
+    counts = rejection_counts(cluster, request, details)
+    return Unschedulable(request, cluster.size, tuple(sorted(counts.items())), tuple(details))
 
 
 def best_fit_gpus(cluster: Cluster, request: Request, node: int, spread: bool = False) -> tuple[int, ...]:
@@ -118,6 +124,8 @@ class Framework:
         else:
             scores = np.asarray(self.policy.score(request, feasible))[candidates]
         top = candidates[scores == scores.max()]
+        if top.size > 1 and guards(request):
+            top = least_slack_lost(self.cluster, request, top)
         node = int(top[np.argmin(self.node_rank[top])]) if top.size > 1 else int(top[0])
         if request.is_mig:
             return self.cluster.reserve(request, node, (), choose_mig(self.cluster, request, node))

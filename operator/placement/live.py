@@ -19,6 +19,7 @@ from .framework import Framework, Unschedulable
 from .gpus import gpu_memory_mib
 from .model import MILLI, Cluster, NodeSpec, Placement, Request
 from .policies import DEFAULT_POLICY, make_policy
+from .slo_feedback import set_hold
 
 #: The target workload FGD-style policies measure fragmentation against until the operator has a better
 #: one: common fractional shares and whole-GPU counts, equally likely (docs/architecture.md).
@@ -74,6 +75,7 @@ class LiveCluster:
         self._dirty = True
         self._node_changes = 0  # bumped on every node added, changed or removed
         self._largest_gpu_mib = (-1, 0)  # (node changes it was computed at, MiB)
+        self._held: set[str] = set()  # GPU UUIDs held for low-priority shares (slo_feedback)
 
     # --- nodes ------------------------------------------------------------------------------------------
     def set_default_policy(self, policy: str) -> None:
@@ -125,6 +127,16 @@ class LiveCluster:
             changed = self._cluster.set_gpu_health(uuid, healthy)
             return changed and healthy
         return healthy
+
+    def set_slo_hold(self, uuid: str, held: bool) -> bool:
+        """Hold a GPU against new low-priority shares (a protected pod there is measured over its SLO), or
+        release it. True when the GPU was released (room for waiting pods)."""
+        if (uuid in self._held) == held:
+            return False
+        (self._held.add if held else self._held.discard)(uuid)
+        if not self._dirty and self._cluster is not None:
+            set_hold(self._cluster, uuid, held)
+        return not held
 
     # --- pods -------------------------------------------------------------------------------------------
     def schedule(self, uid: str, request: Request, policy: str | None = None) -> Allocation | Unschedulable:
@@ -211,6 +223,8 @@ class LiveCluster:
         if self._cluster is not None:
             for allocation in self.allocations.values():
                 self._apply(self._cluster, allocation)
+            for uuid in self._held:
+                set_hold(self._cluster, uuid, True)
         self._dirty = False
         return self._cluster
 

@@ -87,6 +87,9 @@ class Request:
     gpu_mem_pct: int = 0  # memory per GPU as a percentage of the device's (0: gpu_mem_mib or the share)
     mig_profile: str = ""  # a MIG instance of this profile per GPU asked (num_gpu instances)
     constraints: Constraints | None = None
+    slo: float = 0.0  # a protected pod's slowdown bound (docs/qos.md); 0: best-effort, no bound
+    duty: float = 0.0  # busy fraction alone (its workload class); 0: its GPU share
+    guard_slo: bool = False  # place it only where no co-runner's SLO breaks (the QoS filter, `slo_filter`)
 
     @property
     def is_share(self) -> bool:
@@ -276,6 +279,9 @@ class Cluster:
         self.gpu_excl_pods = np.zeros(self.gpu_left.shape, dtype=np.int32)
         self.exclusion_ids: dict[str, int] = {}
         self.group_gpus: dict[str, dict[tuple[int, int], int]] = {}  # "a:grp" / "n:grp" -> {(node, gpu): pods}
+        #: Shares on each GPU (node, gpu) -> {request name: request}: the co-runners the QoS filter prices.
+        self.gpu_tenants: dict[tuple[int, int], dict[str, Request]] = {}
+        self.plugin_state: dict[str, object] = {}  # caches of filter plug-ins, stamped with node versions
         self.version += 1
 
     def refresh_gpu_masks(self) -> None:
@@ -340,6 +346,13 @@ class Cluster:
                 self.gpu_left[node, g] += sign * request.gpu_milli
                 self.gpu_mem_left[node, g] += sign * int(self.gpu_memory_need(request, (node, g)))
             self.gpu_left_total[node] += sign * request.gpu_milli * len(gpus)
+            if request.is_share:
+                for g in gpus:
+                    tenants = self.gpu_tenants.setdefault((node, g), {})
+                    if sign < 0:
+                        tenants[request.name] = request
+                    else:
+                        tenants.pop(request.name, None)
             self.affinity[node, request.affinity_tag] -= sign
         for uuid in mig:
             _, profile, healthy = self.mig_slots[uuid]

@@ -111,6 +111,12 @@ def register(subparsers) -> None:
                    help="timeline mode: compress arrival gaps so the offered load is L x cluster GPU capacity, "
                         "e.g. 0.4 (default: the trace's own times, which offer the bundled trace only 0.59%%; "
                         "see docs/timeline.md)")
+    p.add_argument("--protected-share", type=number(float, lo=0, hi=1), default=None, metavar="S",
+                   help="timeline mode: protect S of the sharing pods (high priority, bound --slo) and report "
+                        "SLO attainment beside allocation; policies also fgpu+qos[@margin] and naive "
+                        "(docs/qos.md)")
+    p.add_argument("--slo", type=number(float, lo=1, hi=100, lo_open=True), default=1.2, metavar="B",
+                   help="with --protected-share: the protected pods' slowdown bound (default 1.2)")
     p.add_argument("--ceiling", action="store_true",
                    help="replay mode: also bound what a scheduler could allocate at 100%% arrival, per class: "
                         "places every sharing pod / never refuses a pod that fits / any (integer programs per "
@@ -124,7 +130,15 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Every option is checked here, before any file is read or any replay runs."""
-    policies = parse_policies(args.policy)
+    if args.protected_share is not None:
+        if args.mode != "timeline":
+            raise PlacementInputError(f"applies only to --mode timeline (got --mode {args.mode})",
+                                      field="--protected-share")
+        from .qos_timeline import parse_qos_policies
+
+        policies = parse_qos_policies(args.policy)
+    else:
+        policies = parse_policies(args.policy)
     seeds = [args.seed] if args.seed is not None else parse_seeds(args.seeds or DEFAULT_SEEDS)
     if args.plot:
         if not args.plot.lower().endswith(".png"):

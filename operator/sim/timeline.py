@@ -51,7 +51,7 @@ def make_interference():
     try:
         import simgpu.perf  # noqa: F401
 
-        from .interference import InterferenceModel
+        from ..placement.interference import InterferenceModel
     except ImportError:
         return None
     return InterferenceModel()
@@ -319,9 +319,13 @@ def unplaceable_pods(cluster: Cluster, trace: Trace) -> list[bool]:
 
 
 def run_timeline(nodes: list[NodeSpec], trace: Trace, policy_name: str, seed: int = 42,
-                 load: float | None = None) -> TimelineResult:
-    """Replay `trace` through one policy; with `load`, first compress its arrivals to that offered load."""
+                 load: float | None = None, watch=None) -> TimelineResult:
+    """Replay `trace` through one policy; with `load`, first compress its arrivals to that offered load.
+    `watch` (optional: `attach(cluster)`, `join(placement, now)`, `leave(placement, now)`) follows every
+    share's stay, as the QoS simulation (`qos_timeline`) does."""
     cluster = Cluster(list(nodes))
+    if watch is not None:
+        watch.attach(cluster)
     capacity = cluster.total_gpus * MILLI
     speedup = arrival_speedup(trace, capacity, load) if load is not None else 1.0
     trace = compress(trace, speedup)
@@ -353,6 +357,8 @@ def run_timeline(nodes: list[NodeSpec], trace: Trace, policy_name: str, seed: in
         result.placed += 1
         if request.is_share:
             sharing.join(outcome, now)
+            if watch is not None:
+                watch.join(outcome, now)
         if math.isfinite(life[i]):
             heapq.heappush(events, (now + float(life[i]), 0, i))
         return True
@@ -374,6 +380,8 @@ def run_timeline(nodes: list[NodeSpec], trace: Trace, policy_name: str, seed: in
             requested_now -= request.total_gpu_milli
             if request.is_share:
                 result.slowdown_by_qos.setdefault(request.qos or "unknown", []).append(sharing.leave(placement, now))
+                if watch is not None:
+                    watch.leave(placement, now)
             still = []
             for j in queue:
                 if fits_node(cluster, trace.pods[j].request, placement.node) and start(j, now):
@@ -392,6 +400,8 @@ def run_timeline(nodes: list[NodeSpec], trace: Trace, policy_name: str, seed: in
         if trace.pods[i].request.is_share:
             qos = trace.pods[i].request.qos or "unknown"
             result.slowdown_by_qos.setdefault(qos, []).append(sharing.leave(placement, end))
+            if watch is not None:
+                watch.leave(placement, end)
     result.waiting_at_end = len(queue) + result.unplaceable
     result.times = np.array(times)
     result.used = np.array(used, dtype=np.int64)

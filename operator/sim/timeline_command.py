@@ -46,6 +46,10 @@ def run_timeline(args, policies: list[str], pods: list[str | None], labels: list
         capacity = Cluster(list(nodes)).total_gpus * MILLI
         for trace in traces:
             arrival_speedup(trace, capacity, load)
+    if getattr(args, "protected_share", None) is not None:
+        from .qos_timeline import report_qos
+
+        return report_qos(args, nodes, traces, policies, seed, load)
     results = []
     with Progress(f"replaying {len(traces) * len(policies)} timelines", len(traces) * len(policies)) as bar:
         for trace in traces:

@@ -190,6 +190,20 @@ DENIALS = {
     'duplicate container names': (
         'spec: {containers: [{name: a}, {name: a}]}',
         "spec.containers: container name 'a' is used twice"),
+    'bound on a low-priority pod': (
+        "metadata: {annotations: {fgpu.io/gpu-fraction: '0.3', fgpu.io/priority: low, fgpu.io/slo-slowdown: '1.5'}}\n"
+        "spec: {containers: [{name: main}]}",
+        "metadata.annotations[fgpu.io/slo-slowdown]: '1.5' is a slowdown bound, which protects a high-priority pod "
+        "only, and metadata.annotations[fgpu.io/priority] is 'low' (allowed: no bound on a low-priority pod, or "
+        "priority high)"),
+    'duty cycle above one': (
+        "metadata: {annotations: {fgpu.io/gpu-fraction: '0.3', fgpu.io/duty-cycle: '1.5'}}\n"
+        "spec: {containers: [{name: main}]}",
+        "metadata.annotations[fgpu.io/duty-cycle]: '1.5' is not a duty cycle (allowed: 0 < d <= 1)"),
+    'slo filter not a boolean': (
+        "metadata: {annotations: {fgpu.io/gpu-fraction: '0.3', fgpu.io/slo-filter: 'yes'}}\n"
+        "spec: {containers: [{name: main}]}",
+        "metadata.annotations[fgpu.io/slo-filter]: 'yes' is not supported (allowed: true, false)"),
     'annotation not a string': (
         'metadata: {annotations: {fgpu.io/gpu-fraction: 0.5}}\nspec: {containers: [{name: main}]}',
         'metadata.annotations[fgpu.io/gpu-fraction]: 0.5 is not a string'),
@@ -235,3 +249,20 @@ def test_gpu_zero_alone_or_beside_another_containers_share_is_no_contradiction()
     assert [c.container for c in parse_pod(sidecar, CONFIG).containers] == ["main"]
     mig = pod("spec: {containers: [{name: main, resources: {limits: {nvidia.com/gpu: 0, nvidia.com/mig-1g.10gb: 1}}}]}")
     assert parse_pod(mig, CONFIG).containers[0].mig_profile == "1g.10gb"  # no whole GPU, one MIG instance
+
+
+@pytest.mark.parametrize(("priority", "annotations", "expected"), [
+    (1000, {}, "high"),  # at the cluster's protectedPriority: protected
+    (999, {}, "low"),
+    (5000, {"fgpu.io/priority": "low"}, "low"),  # the pod's own word wins
+    (None, {}, "low"),
+])
+def test_a_priority_class_at_the_threshold_protects_a_pod_that_names_no_priority(priority, annotations, expected):
+    from fgpu_operator.admission import AdmissionConfig
+
+    body = pod("metadata: {annotations: {fgpu.io/gpu-fraction: '0.3'}}\nspec: {containers: [{name: main}]}")
+    body["metadata"]["annotations"].update(annotations)
+    if priority is not None:
+        body["spec"]["priority"] = priority
+    config = AdmissionConfig(max_gpu_memory_bytes=CONFIG.max_gpu_memory_bytes, protected_priority=1000)
+    assert parse_pod(body, config).priority == expected

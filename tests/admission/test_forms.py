@@ -31,18 +31,29 @@ CASES = {
             fgpu.io/gpu-memory: 10000Mi
             fgpu.io/gpu-sm: "40"
             fgpu.io/gpu-model: "A100-80GB, H100"
-            fgpu.io/priority: low
+            fgpu.io/priority: high
             fgpu.io/policy: fgd
             fgpu.io/affinity: team-a
             fgpu.io/anti-affinity: noisy
             fgpu.io/exclusion: tenant-1
             fgpu.io/slo-slowdown: "1.5"
+            fgpu.io/duty-cycle: "0.4"
+            fgpu.io/slo-filter: "true"
             fgpu.io/container: worker
         spec:
           containers: [{name: sidecar}, {name: worker}]
-        """, one("worker", milli_gpu=250, mem_bytes=10000 * MIB, sm_pct=40, priority="low",
-                 model_filters=(ModelFilter(rule="fgpu", allow=("A100-80GB", "H100")),), node_policy="fgd", affinity="team-a",
-                 anti_affinity="noisy", exclusion="tenant-1", slo_slowdown=1.5)),
+        """, one("worker", milli_gpu=250, mem_bytes=10000 * MIB, sm_pct=40, priority="high",
+                 model_filters=(ModelFilter(rule="fgpu", allow=("A100-80GB", "H100")),), node_policy="fgd",
+                 affinity="team-a", anti_affinity="noisy", exclusion="tenant-1", slo_slowdown=1.5, duty_cycle=0.4,
+                 slo_filter=True)),
+    "fgpu bound alone protects the pod": ("""
+        metadata: {annotations: {fgpu.io/gpu-fraction: "0.3", fgpu.io/slo-slowdown: "1.3"}}
+        spec: {containers: [{name: main}]}
+        """, one(milli_gpu=300, priority="high", slo_slowdown=1.3)),
+    "fgpu nothing asked is best-effort": ("""
+        metadata: {annotations: {fgpu.io/gpu-fraction: "0.3"}}
+        spec: {containers: [{name: main}], priority: 100000}
+        """, one(milli_gpu=300, priority="low")),
     "fgpu whole GPUs with memory each": ("""
         metadata: {annotations: {fgpu.io/gpu-fraction: "2", fgpu.io/gpu-memory: 20G}}
         spec: {containers: [{name: main}]}

@@ -26,9 +26,11 @@ def gpu_node(make_kwok_node, k8s, name: str, model: str = "H100-SXM5-80GB", coun
             name, count, model=model, mem_bytes=mem)}}})
 
 
-def share_pod(name: str, milli: int, mem_gib: int = 0, exclude_uuids: tuple[str, ...] = ()) -> dict:
+def share_pod(name: str, milli: int, mem_gib: int = 0, exclude_uuids: tuple[str, ...] = (),
+              priority: str = "low") -> dict:
     req = GpuRequest(containers=[ContainerRequest(container="main", milli_gpu=milli,
-                                                  mem_bytes=mem_gib * GIB or None)], exclude_uuids=exclude_uuids)
+                                                  mem_bytes=mem_gib * GIB or None)], exclude_uuids=exclude_uuids,
+                     priority=priority)
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "annotations": {keys.REQUEST: dump_request(req)}},
             "spec": {"schedulerName": keys.SCHEDULER_NAME, "containers": [{

@@ -55,7 +55,7 @@ class Form(NamedTuple):
     mig: str | None = None
     count: int = 1
     container: str = "main"
-    priority: int = 0
+    priority: int = 1  # best-effort unless the pod asks for high priority (docs/qos.md)
     resource: tuple[str, str] = (keys.GPU_RESOURCE, "1")
 
 

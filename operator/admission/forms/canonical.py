@@ -74,6 +74,7 @@ def hints(view: PodView, config: AdmissionConfig) -> Claims:
     for attr in _GROUPS:
         if (name := getattr(req, attr)) is not None:
             out.add(attr, group(name, field), name, field)
-    if req.slo_slowdown is not None:
-        out.add("slo_slowdown", req.slo_slowdown, str(req.slo_slowdown), field)
+    for attr in ("slo_slowdown", "duty_cycle", "slo_filter"):
+        if (value := getattr(req, attr)) is not None:
+            out.add(attr, value, str(value), field)
     return out

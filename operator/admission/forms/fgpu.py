@@ -1,6 +1,6 @@
 """fgpu's own annotations (`fgpu.io/*`): a fraction or a count of GPUs, memory, an SM limit or a MIG
 profile for one container (`fgpu.io/container`, default the first), plus the pod's priority, models, node
-policy, KubeShare-style groups and SLO.
+policy, KubeShare-style groups, SLO, workload class (duty cycle) and SLO-filter switch.
 
 `fgpu.io/gpu-count: N` asks for N devices, each on a different GPU of one node, each with the share that
 `gpu-fraction` / `gpu-memory` / `gpu-sm` give (per device, as HAMi's resources are), or N MIG instances of
@@ -60,7 +60,20 @@ def hints(view: PodView, config: AdmissionConfig) -> Claims:
             out.add(attr, group(*got), *got)
     if got := note(view, keys.FGPU_SLO_SLOWDOWN):
         out.add("slo_slowdown", slowdown(*got), *got)
+    if got := note(view, keys.FGPU_DUTY_CYCLE):
+        out.add("duty_cycle", duty_cycle(*got), *got)
+    if got := note(view, keys.FGPU_SLO_FILTER):
+        out.add("slo_filter", choice(*got, ("true", "false")) == "true", *got)
     return out
+
+
+def duty_cycle(text: str, field: str) -> float:
+    """The fraction of time the pod keeps its GPU busy when alone (its workload class for the co-location
+    model): 0 < d <= 1."""
+    value = parse_number(text, field, allowed=["0 < d <= 1"])
+    if not 0 < value <= 1:
+        raise InputError(f"{show(text)} is not a duty cycle", field=field, allowed=["0 < d <= 1"])
+    return float(value)
 
 
 def slowdown(text: str, field: str) -> float:

@@ -16,6 +16,7 @@ import numpy as np
 from ..fit import gpu_fit
 from ..fragmentation import FragMeter, TargetWorkload
 from ..model import MILLI, Cluster, Request
+from ..slo_guard import class_key
 from .base import MAX_NODE_SCORE, BasePolicy
 
 
@@ -100,7 +101,7 @@ class FgdPolicy(BasePolicy):
         return request.spec
 
     def score(self, request: Request, feasible: np.ndarray) -> np.ndarray:
-        key = self.cache_key(request)
+        key = (self.cache_key(request), class_key(request))  # the QoS filter narrows the GPUs tried
         cache = self.caches.get(key)
         if cache is None:
             cache = self.caches[key] = ShapeCache(self.cluster.size, request.num_gpu if request.is_share else 1)
@@ -127,7 +128,10 @@ class FgdPolicy(BasePolicy):
             return self._evaluate_sets(request, nodes)
         # A GPU whose room equals an earlier fitting GPU's on the same node gives the same node state (the measure
         # ignores GPU order), so only the first GPU of each distinct room is tried: the lowest index wins ties.
-        candidate = gpu_fit(c, request, nodes) & ~_repeats_earlier(left)
+        # Only fitting GPUs count as repeats: one the fit rule refuses (an SLO, a UUID list) must not hide an
+        # allowed GPU of the same room, so refused GPUs get distinct negative rooms here.
+        fits = gpu_fit(c, request, nodes)
+        candidate = fits & ~_repeats_earlier(np.where(fits, left, -1 - np.arange(left.shape[1])))
         row, gpu = np.nonzero(candidate)  # by node, then GPU index
         trial = left[row]
         trial[np.arange(row.size), gpu] -= milli
@@ -170,7 +174,7 @@ class FgdPolicy(BasePolicy):
 
     def choose_gpus(self, request: Request, node: int) -> tuple[int, ...]:
         if request.is_share:
-            return tuple(int(g) for g in self.caches[self.cache_key(request)].gpu[node])
+            return tuple(int(g) for g in self.caches[(self.cache_key(request), class_key(request))].gpu[node])
         return super().choose_gpus(request, node)
 
 
