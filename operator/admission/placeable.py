@@ -18,6 +18,7 @@ from fgpu_contracts.request import GpuRequest, device_shape
 from simgpu import mig
 from simgpu.catalog import all_gpus
 
+from ..placement.models import ModelFilter, admits_all
 from .quantity import show
 
 #: (container or None for the pod, attribute) -> the claims.Claim that set it (its `field` and `text` name
@@ -35,11 +36,19 @@ def _mig_models(profile: str) -> frozenset[str]:
     return frozenset(g.name for g in mig.mig_gpus() if any(p.name == profile for p in mig.profiles(g)))
 
 
+def _filters(request: GpuRequest) -> tuple[ModelFilter, ...]:
+    return tuple(ModelFilter(f.rule, f.allow, f.deny) for f in request.model_filters)
+
+
 def _allowed_models(request: GpuRequest) -> list[str] | None:
-    """Catalogued models the request may run on; None when it names a model the catalog does not know."""
-    if any(m not in _memory() for m in request.models):
-        return None
-    return [m for m in (request.models or _memory()) if m not in request.exclude_models]
+    """Catalogued models the request may run on, by each spelling's own rule (placement.models); None when
+    an allow-list names a model the catalog does not know (a node with it may join: not judged here)."""
+    catalog = list(_memory())
+    filters = _filters(request)
+    for f in filters:
+        if any(not any(ModelFilter(f.rule, (token,)).admits(m) for m in catalog) for token in f.allow):
+            return None
+    return [m for m in catalog if admits_all(filters, m)]
 
 
 def _claim(fields: Fields, container: str | None, attr: str) -> tuple[str, str]:
@@ -54,7 +63,8 @@ def check_placeable(request: GpuRequest, fields: Fields) -> None:
     devices = sum(c.count for c in request.containers)
     models = _allowed_models(request)
     if models is not None and not models:
-        field, text = _claim(fields, None, "exclude_models" if not request.models else "models")
+        rule = next((f.rule for f in request.model_filters if f.allow), request.model_filters[0].rule)
+        field, text = _claim(fields, None, f"model_filter.{rule}")
         raise InputError(f"{text} leaves no GPU model to run on", field=field,
                          allowed=["an allow-list with a model the deny-list does not name"])
     if request.uuids:
