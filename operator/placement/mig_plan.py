@@ -140,16 +140,57 @@ def room(model: str, held: Sequence[tuple[str, int]], demand: Mapping[str, float
 
 
 # --- one GPU ---------------------------------------------------------------------------------------------
-def _tag(m: MigSlot) -> str:
-    return f"{m.profile}@{m.start}"
+@cache
+def _layout_ok(model: str, placed: tuple[tuple[str, int], ...]) -> bool:
+    return mig.placed_layout_problem(model, list(placed)) is None
 
 
-def _valid(model: str, slots: Sequence[MigSlot]) -> bool:
-    return mig.placed_layout_problem(model, [(m.profile, m.start) for m in slots]) is None
+def _overlap(a: tuple[str, int], start: int, size: int, sizes: Mapping[str, int]) -> bool:
+    return a[1] < start + size and start < a[1] + sizes[a[0]]
 
 
-def _overlaps(a: MigSlot, start: int, size: int, sizes: Mapping[str, int]) -> bool:
-    return a.start < start + size and start < a.start + sizes[a.profile]
+@cache
+def _plan_shape(model: str, state: tuple[tuple[str, int, str], ...], profile: str,
+                weights: tuple[tuple[str, float], ...]) -> tuple:
+    """plan_gpu on a GPU's shape alone ((profile, start, why untouchable: "busy", "unhealthy" or "") per
+    instance, in start order), so GPUs in the same state share one answer: ("ok", key, kept indices, start)
+    or ("no", reason)."""
+    prof = next(p for p in _profiles(model) if p.name == profile)
+    sizes = {p.name: p.memory_slices for p in _profiles(model)}
+    busy = tuple((n, st) for n, st, fixed in state if fixed)
+    idle = [k for k, (_, _, fixed) in enumerate(state) if not fixed]
+    before = _room(model, tuple(sorted(busy)), weights)
+    best = None
+    blocked: list[tuple[int, ...]] = []
+    count_problem = ""
+    for start, size in prof.placements:
+        in_way = tuple(k for k, (n, st, fixed) in enumerate(state) if fixed and _overlap((n, st), start, size, sizes))
+        if in_way:
+            blocked.append(in_way)
+            continue
+        base = (*busy, (profile, start))
+        if not _layout_ok(model, tuple(sorted(base))):
+            count_problem = mig.placed_layout_problem(model, list(base)) or ""
+            continue
+        kept: list[int] = []
+        for k in idle:  # keep every idle instance the new layout allows
+            n, st, _ = state[k]
+            if not _overlap((n, st), start, size, sizes) and _layout_ok(
+                    model, tuple(sorted((*base, *((state[q][0], state[q][1]) for q in kept), (n, st))))):
+                kept.append(k)
+        after = _room(model, tuple(sorted(base)), weights)
+        key = (before - after, len(idle) - len(kept), -start)
+        if best is None or key < best[1]:
+            best = ("ok", key, tuple(kept), start)
+    if best is not None:
+        return best
+    if count_problem:
+        return ("no", f"{profile} does not fit beside the held instances ({count_problem})")
+    fewest = min(blocked, key=len)
+    names = ", ".join(f"{state[k][0]}@{state[k][1]}" for k in fewest)
+    kinds = sorted({state[k][2] for k in fewest})
+    which = f"{' or '.join(kinds)} instance{'s' if len(fewest) > 1 else ''}"
+    return ("no", f"{which} {names} {'blocks' if len(fewest) == 1 else 'block'} {profile}")
 
 
 def plan_gpu(model: str, slots: Sequence[MigSlot], held: set[str], profile: str, gpu_uuid: str,
@@ -157,79 +198,71 @@ def plan_gpu(model: str, slots: Sequence[MigSlot], held: set[str], profile: str,
              ) -> tuple[tuple[float, int, int], tuple[MigSlot, ...], tuple[MigSlot, ...], MigSlot] | str:
     """The best way to create one `profile` instance on this GPU: ((room lost, destroyed, -start), kept,
     destroyed, new instance), or the reason it cannot (naming the held instance(s) in the way)."""
-    prof = mig.get_profile(model, profile)
-    sizes = {p.name: p.memory_slices for p in _profiles(model)}
-    busy = [m for m in slots if m.uuid in held or not m.healthy]
-    idle = [m for m in slots if m not in busy]
-    before = room(model, [(m.profile, m.start) for m in busy], demand)
-    best = None
-    blocked: list[list[MigSlot]] = []
-    count_problem = ""
-    for start, size in prof.placements:
-        in_way = [m for m in busy if _overlaps(m, start, size, sizes)]
-        if in_way:
-            blocked.append(in_way)
-            continue
-        new = MigSlot(name_instance(gpu_uuid, prof.name, start), prof.name, prof.mem_bytes >> 20, prof.sms,
-                      True, start)
-        if not _valid(model, [*busy, new]):
-            count_problem = mig.placed_layout_problem(model, [(m.profile, m.start) for m in [*busy, new]]) or ""
-            continue
-        kept: list[MigSlot] = []
-        for m in sorted(idle, key=lambda m: m.start):  # keep every idle instance the new layout allows
-            if not _overlaps(m, start, size, sizes) and _valid(model, [*busy, *kept, m, new]):
-                kept.append(m)
-        destroyed = tuple(m for m in idle if m not in kept)
-        after = room(model, [*((m.profile, m.start) for m in busy), (prof.name, start)], demand)
-        key = (before - after, len(destroyed), -start)
-        if best is None or key < best[0]:
-            best = (key, tuple(busy + kept), destroyed, new)
-    if best is not None:
-        return best
-    if count_problem:
-        return f"{profile} does not fit beside the held instances ({count_problem})"
-    fewest = min(blocked, key=len)
-    held_names = ", ".join(_tag(m) for m in fewest)
-    which = "busy instance" if len(fewest) == 1 else "busy instances"
-    if any(not m.healthy for m in fewest):
-        which = "held or unhealthy instance" + ("s" if len(fewest) > 1 else "")
-    return f"{which} {held_names} {'blocks' if len(fewest) == 1 else 'block'} {profile}"
+    ordered = sorted(slots, key=lambda m: m.start)
+    state = tuple((m.profile, m.start, "busy" if m.uuid in held else "" if m.healthy else "unhealthy")
+                  for m in ordered)
+    answer = _plan_shape(model, state, profile, _weights(model, demand))
+    if answer[0] == "no":
+        return answer[1]
+    _, key, kept_idx, start = answer
+    prof = next(p for p in _profiles(model) if p.name == profile)
+    keep = tuple(m for k, m in enumerate(ordered) if state[k][2] or k in kept_idx)
+    gone = tuple(m for m in ordered if m not in keep)
+    new = MigSlot(name_instance(gpu_uuid, profile, start), profile, prof.mem_bytes >> 20, prof.sms, True, start)
+    return key, keep, gone, new
 
 
 # --- the cluster -----------------------------------------------------------------------------------------
-def nodes_where_resources_may_help(cluster: Cluster, request: Request, skip: tuple[str, ...]) -> np.ndarray:
-    """Nodes that pass every filter except the named resource filters: the ones a re-layout or an eviction
-    could make fit (kube-scheduler's "nodes where preemption might help")."""
-    ok = np.ones(cluster.size, dtype=bool)
+def nodes_where_resources_may_help(cluster: Cluster, request: Request, skip: tuple[str, ...],
+                                   nodes: np.ndarray | None = None) -> np.ndarray:
+    """The node indices (of `nodes`, default all) that pass every filter except the named resource filters:
+    the ones a re-layout or an eviction could make fit (kube-scheduler's "nodes where preemption might
+    help")."""
+    rows = np.arange(cluster.size) if nodes is None else np.asarray(nodes, dtype=np.int64)
+    ok = np.ones(rows.size, dtype=bool)
     for plugin in FILTERS:
         if plugin.name in skip or not plugin.applies(cluster, request):
             continue
-        for _, failed in plugin.failures(cluster, request, slice(None)):
+        for _, failed in plugin.failures(cluster, request, rows):
             ok &= ~failed
-    return ok
+    return rows[ok]
 
 
 def plan_relayout(cluster: Cluster, request: Request, *, node_rank: np.ndarray | None = None,
                   frozen: frozenset[tuple[int, int]] = frozenset(), demand: Mapping[str, float] | None = None,
-                  name_instance=default_name, nodes: np.ndarray | None = None) -> Relayout | NoRelayout:
+                  name_instance=default_name, nodes: np.ndarray | None = None, memo: dict | None = None
+                  ) -> Relayout | NoRelayout:
     """A re-layout of idle instances on one node's dynamic-MIG GPUs that gives `request` its instances, or
     why none does. `frozen`: (node, gpu) pairs whose last change is still being applied (never two at once).
-    `nodes`: only these node indices (e.g. the node a departure freed)."""
+    `nodes`: only these node indices (e.g. the node a departure freed). `memo`: a dict the caller keeps
+    between calls, holding each node's answer until the node changes (its `version`) or a change of its
+    finishes; the answers are the same with or without it."""
     if not request.is_mig:
         return NoRelayout((), 0)
-    may = nodes_where_resources_may_help(cluster, request, (MigSlotFilter.name,))
-    if nodes is not None:
-        only = np.zeros(cluster.size, dtype=bool)
-        only[np.asarray(nodes, dtype=np.int64)] = True
-        may &= only
+    rows = np.flatnonzero(cluster.mig_dynamic_any) if nodes is None else \
+        np.asarray([n for n in nodes if cluster.mig_dynamic_any[n]], dtype=np.int64)
+    may = nodes_where_resources_may_help(cluster, request, (MigSlotFilter.name,), rows)
     held = set(cluster.mig_taken)
     reasons: list[str] = []
     considered = 0
     best: tuple | None = None
     rank = node_rank if node_rank is not None else np.arange(cluster.size)
-    for node in np.flatnonzero(may & cluster.mig_dynamic_any):
+    shape = (request.mig_profile, request.num_gpu, tuple(sorted((demand or {}).items())))
+    frozen_on: dict[int, list[int]] = {}
+    for n, g in frozen:
+        frozen_on.setdefault(n, []).append(g)
+    for node in may:
         node = int(node)
-        outcome = _plan_node(cluster, request, node, held, frozen, demand, name_instance, reasons)
+        stamp = (int(cluster.version[node]), tuple(sorted(frozen_on.get(node, ()))))
+        kept = memo.get((node, shape)) if memo is not None else None
+        if kept is not None and kept[0] == stamp:
+            outcome, said = kept[1], kept[2]
+        else:
+            said = []
+            outcome = _plan_node(cluster, request, node, held, frozen, demand, name_instance, said)
+            if memo is not None:
+                memo[(node, shape)] = (stamp, outcome, said)
+        reasons += said
         considered += 1
         if outcome is None:
             continue

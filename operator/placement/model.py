@@ -89,8 +89,9 @@ class Request:
 
     @property
     def is_share(self) -> bool:
-        """A fraction of one GPU: the only case that may share a device with other pods."""
-        return self.num_gpu == 1 and 0 < self.gpu_milli < MILLI
+        """A fraction of one GPU: the only case that may share a device with other pods (a MIG request's
+        `gpu_milli`, where given, is only the share it stands for)."""
+        return self.num_gpu == 1 and 0 < self.gpu_milli < MILLI and not self.mig_profile
 
     @property
     def is_mig(self) -> bool:

@@ -88,19 +88,22 @@ def _importance(v: Running) -> tuple:
 
 def plan_preemption(cluster: Cluster, request: Request, priority: int, running: Iterable[Running], *,
                     policy: str = "PreemptLowerPriority", budgets: Mapping[str, int] | None = None,
-                    node_rank: np.ndarray | None = None) -> Candidate | NoPreemption:
-    """The best candidate, or why there is none. The cluster is left as it was found."""
+                    node_rank: np.ndarray | None = None, nodes: Iterable[int] | None = None
+                    ) -> Candidate | NoPreemption:
+    """The best candidate, or why there is none; `nodes`: look only there (the node a departure freed).
+    The cluster is left as it was found."""
     if policy == PREEMPT_NEVER:
         return NoPreemption("preemption: not attempted, the pod's preemptionPolicy is Never")
     by_node: dict[int, list[Running]] = {}
+    only = None if nodes is None else set(nodes)
     for r in running:
-        if r.priority < priority:
+        if r.priority < priority and (only is None or r.placement.node in only):
             by_node.setdefault(r.placement.node, []).append(r)
     if not by_node:
         return NoPreemption("preemption: no pod of lower priority is running")
-    may = nodes_where_resources_may_help(cluster, request, RESOURCE_FILTERS)
+    may = nodes_where_resources_may_help(cluster, request, RESOURCE_FILTERS, np.array(sorted(by_node)))
     rank = node_rank if node_rank is not None else np.arange(cluster.size)
-    nodes = sorted((n for n in by_node if may[n]), key=lambda n: rank[n])
+    nodes = sorted((int(n) for n in may), key=lambda n: rank[n])
     wanted = max(MIN_CANDIDATE_NODES, cluster.size * MIN_CANDIDATE_PERCENT // 100)
     budgets = dict(budgets or {})
     best: tuple | None = None

@@ -110,6 +110,9 @@ def register(subparsers) -> None:
                    help="timeline mode: compress arrival gaps so the offered load is L x cluster GPU capacity, "
                         "e.g. 0.4 (default: the trace's own times, which offer the bundled trace only 0.59%%; "
                         "see docs/timeline.md)")
+    from .timeline_command import register_cluster_options
+
+    register_cluster_options(p)
     p.add_argument("--ceiling", action="store_true",
                    help="replay mode: also bound what a scheduler could allocate at 100%% arrival, per class: "
                         "places every sharing pod / never refuses a pod that fits / any (integer programs per "
@@ -131,6 +134,10 @@ def run(args: argparse.Namespace) -> int:
         check_writable(args.plot, "--plot")
     if args.load is not None and args.mode != "timeline":
         raise PlacementInputError(f"applies only to --mode timeline (got --mode {args.mode})", field="--load")
+    if args.mode != "timeline":
+        from .timeline_command import check_timeline_only
+
+        check_timeline_only(args)
     if args.ceiling and args.mode != "replay":
         raise PlacementInputError(f"applies only to --mode replay (got --mode {args.mode})", field="--ceiling")
     if args.mode == "timeline":
