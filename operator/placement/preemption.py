@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .filters import fits_node
+from .filters import FILTERS
 from .fit import gpu_fit
 from .mig_plan import nodes_where_resources_may_help
 from .model import Cluster, Placement, Request
@@ -38,6 +38,7 @@ RESOURCE_FILTERS = ("NodeResourcesFit", "GpuFit", "MigSlot")
 MIN_CANDIDATE_NODES = 100
 MIN_CANDIDATE_PERCENT = 10
 PREEMPT_NEVER = "Never"
+_RESOURCE_PLUGINS = tuple(p for p in FILTERS if p.name in RESOURCE_FILTERS)
 #: kube-scheduler adds MaxInt32 + 1 to each victim's priority before summing, so that more victims always
 #: weigh more even when priorities are negative.
 _PRIORITY_OFFSET = 2**31
@@ -155,8 +156,10 @@ def _node_candidates(cluster: Cluster, request: Request, node: int, lower: list[
 def _evaluate(cluster: Cluster, request: Request, node: int, lower: list[Running], pool: list[Running],
               on_device, budgets: Mapping[str, int]) -> tuple[tuple[Running, ...], int] | None:
     """Victims (and PDB violations) that let the request fit on `node` (and `on_device()`), or None."""
-    def fits() -> bool:
-        return on_device() and fits_node(cluster, request, node)
+    rows = np.array([node])
+
+    def fits() -> bool:  # the other filters passed already (nodes_where_resources_may_help)
+        return on_device() and _resources_fit(cluster, request, rows)
 
     released: list[Running] = []
     try:
@@ -186,6 +189,19 @@ def _evaluate(cluster: Cluster, request: Request, node: int, lower: list[Running
     finally:
         for r in released:
             cluster.reserve(r.placement.request, r.placement.node, r.placement.gpus, r.placement.mig)
+
+
+def _resources_fit(cluster: Cluster, request: Request, rows: np.ndarray) -> bool:
+    """The resource filters alone (NodeResourcesFit, GpuFit, MigSlot) for one node: the fit rule itself."""
+    for plugin in _RESOURCE_PLUGINS:
+        if not plugin.applies(cluster, request):
+            continue
+        if hasattr(plugin, "passes"):
+            if not plugin.passes(cluster, request, rows)[0]:
+                return False
+        elif any(failed[0] for _, failed in plugin.failures(cluster, request, rows)):
+            return False
+    return True
 
 
 def _split_by_budget(pods: list[Running], budgets: Mapping[str, int]) -> tuple[list[Running], list[Running]]:
