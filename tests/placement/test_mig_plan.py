@@ -144,3 +144,55 @@ def _position(c: Cluster, uuid: str) -> tuple:
     g = c.mig_gpu[uuid]
     start = next(m.start for m in c.nodes[n].gpus[g].mig if m.uuid == uuid)
     return n, g, profile, start
+
+
+# --- property: shares, whole GPUs and MIG pods with priorities, re-layouts and preemption together ----------
+pods = st.one_of(
+    st.tuples(st.just("share"), st.integers(1, 999), st.integers(0, 2)),
+    st.tuples(st.just("whole"), st.sampled_from([1, 2]), st.integers(0, 2)),
+    st.tuples(st.just("mig"), st.sampled_from(H100_PROFILES), st.integers(0, 2)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(pods, st.booleans()), max_size=40), st.integers(0, 2**16))
+def test_streams_with_priorities_never_overallocate_nor_relay_a_running_instance(stream, seed):
+    from fgpu_operator.placement.preemption import Candidate, Running, plan_preemption
+
+    plain = NodeSpec("f", 64000, 262144, 2, "H100")
+    c = Cluster([plain, node("a", sevens("a-gpu0"), ())])
+    fw = Framework(c, make_policy("bestfit", TargetWorkload.from_requests([Request("x", 1)])),
+                   np.random.default_rng(seed))
+    rng = np.random.default_rng(seed)
+    running: dict[str, Running] = {}
+    seen: dict[str, tuple] = {}
+    for i, ((kind, size, level), leave) in enumerate(stream):
+        if leave and running:
+            fw.release(running.pop(sorted(running)[int(rng.integers(len(running)))]).placement)
+        req = (Request(f"p{i}", 1000, 1024, 1, size) if kind == "share" else
+               Request(f"p{i}", 1000, 1024, size, 1000) if kind == "whole" else mig_request(f"p{i}", size))
+        outcome = fw.schedule(req, explained=False)
+        if isinstance(outcome, Unschedulable) and req.is_mig:
+            plan = plan_relayout(c, req, node_rank=fw.node_rank)
+            if isinstance(plan, Relayout):
+                apply_relayout(c, plan)
+                outcome = c.reserve(req, plan.node, (), plan.instances)
+        if isinstance(outcome, Unschedulable):
+            cand = plan_preemption(c, req, level * 100, running.values(), node_rank=fw.node_rank)
+            if not isinstance(cand, Candidate):
+                continue
+            assert all(v.priority < level * 100 for v in cand.victims)
+            for v in cand.victims:
+                fw.release(running.pop(v.key).placement)
+            gpus = cand.gpus or (fw.choose_gpus(req, cand.node) if req.wants_gpu else ())
+            outcome = c.reserve(req, cand.node, gpus, cand.mig)
+        running[req.name] = Running(req.name, outcome, level * 100, float(i))
+        for r in running.values():
+            for u in r.placement.mig:
+                assert seen.setdefault(u + r.key, _position(c, u)) == _position(c, u)  # never moved while held
+        assert (c.gpu_left[c.gpu_slots] >= 0).all() and (c.gpu_mem_left[c.gpu_slots] >= 0).all()
+        assert (c.cpu_left >= 0).all() and (c.mem_left >= 0).all()
+        holders = [u for r in running.values() for u in r.placement.mig]
+        assert len(holders) == len(set(holders)) and set(holders) == set(c.mig_taken)
+        for spec in c.nodes:
+            for g in spec.gpus:
+                assert mig.placed_layout_problem("H100", [(m.profile, m.start) for m in g.mig]) is None
