@@ -39,7 +39,7 @@ from fgpu_operator.placement.policies import make_policy
 from fgpu_operator.placement.preemption import Candidate, Running, plan_preemption
 
 from .mig_nodes import asked_milli, held_milli
-from .trace import QOS_CLASSES, Trace
+from .trace import QOS_CLASSES, PodRecord, Trace
 
 SLICE_S, SWITCH_S = 2.1e-3, 0.15e-3
 TIME_POINTS = 20
@@ -346,6 +346,13 @@ def unplaceable_pods(cluster: Cluster, trace: Trace) -> list[bool]:
     return out
 
 
+def _shape(pod: PodRecord, priority: int) -> tuple:
+    """What decides whether a waiting pod starts: two pods of one shape start or fail alike."""
+    r = pod.request
+    return (r.cpu_milli, r.memory_mib, r.num_gpu, r.gpu_milli, r.gpu_mem_mib, r.gpu_models, r.mig_profile,
+            r.constraints, priority, pod.preemption_policy)
+
+
 @dataclass
 class _Run:
     """One timeline's moving parts: who runs where since when, who waits, what each GPU change holds."""
@@ -500,10 +507,17 @@ def run_timeline(nodes: list[NodeSpec], trace: Trace, policy_name: str, seed: in
             now_used["requested"] -= int(asked[i])
             if request.is_share:
                 result.slowdown_by_qos.setdefault(request.qos or "unknown", []).append(sharing.leave(placement, now))
+            failed: set[tuple] = set()  # shapes that did not start since the last start: they cannot now
             for j in list(queue):
-                if j in queue and start(j, now, placement.node):
+                shape = _shape(trace.pods[j], priority[j])
+                if j not in queue or shape in failed:
+                    continue
+                if start(j, now, placement.node):
                     queue.remove(j)
                     result.delays.append(now - float(run.ready[j]))
+                    failed.clear()  # the cluster changed (and evictions may have freed room)
+                else:
+                    failed.add(shape)
         else:
             continue
         if times and times[-1] == now:
