@@ -111,7 +111,8 @@ def plan_preemption(cluster: Cluster, request: Request, priority: int, running: 
     found = 0
     for node in nodes:
         found_here = False
-        for cand in _node_candidates(cluster, request, node, by_node[node], budgets):
+        beat = best[0][:4] if best is not None else None
+        for cand in _node_candidates(cluster, request, node, by_node[node], budgets, beat):
             key = cand.order_key(int(rank[node]))
             if best is None or key < best[0]:
                 best = (key, cand)
@@ -125,13 +126,38 @@ def plan_preemption(cluster: Cluster, request: Request, priority: int, running: 
     return best[1]
 
 
+def _cannot_beat(on: list[Running], need_milli: int, free_milli: int, beat: tuple | None,
+                 held: bool = False) -> bool:
+    """True when no set of victims among `on` can come before `beat` (the best key's first four parts) in
+    kube-scheduler's order: a lower bound on each part (the fewest pods whose shares free enough, the lowest
+    priority among them) already loses. Only when some pod of `on` must go (the device is short, or `held`:
+    a MIG instance's holder); otherwise the victims may all be elsewhere on the node. Skips the exact
+    evaluation of devices that cannot win."""
+    if beat is None or not on:
+        return False
+    fewest, freed = 0, free_milli
+    for r in sorted(on, key=lambda r: -r.placement.request.gpu_milli):
+        if freed >= need_milli:
+            break
+        freed += r.placement.request.gpu_milli
+        fewest += 1
+    fewest = max(fewest, 1) if held else fewest
+    if fewest == 0:
+        return False
+    low = min(r.priority for r in on)
+    return (0, low, fewest * (low + _PRIORITY_OFFSET), fewest) > beat
+
+
 def _node_candidates(cluster: Cluster, request: Request, node: int, lower: list[Running],
-                     budgets: Mapping[str, int]) -> Iterable[Candidate]:
-    """The candidates on one node: one per device for a single-device request, else the node."""
+                     budgets: Mapping[str, int], beat: tuple | None = None) -> Iterable[Candidate]:
+    """The candidates on one node: one per device for a single-device request, else the node. `beat`: skip
+    devices whose candidates could not come before it."""
     if request.is_mig:
         for uuid in sorted({u for r in lower for u in r.placement.mig
                             if cluster.mig_slots[u][1] == request.mig_profile and cluster.mig_slots[u][2]}):
             on = [r for r in lower if uuid in r.placement.mig]
+            if _cannot_beat(on, 0, 0, beat, held=True):
+                continue
             cand = _evaluate(cluster, request, node, lower, on, lambda u=uuid: u not in cluster.mig_taken,
                              budgets)
             if cand is not None:
@@ -143,6 +169,8 @@ def _node_candidates(cluster: Cluster, request: Request, node: int, lower: list[
                     < request.gpu_milli:
                 continue  # even with every lower-priority pod gone this GPU is too small (a cheap bound)
             on = [r for r in lower if g in r.placement.gpus]
+            if _cannot_beat(on, request.gpu_milli, int(cluster.gpu_left[node, g]), beat):
+                continue
             cand = _evaluate(cluster, request, node, lower, on,
                              lambda g=g: bool(gpu_fit(cluster, request, node)[g]), budgets)
             if cand is not None:
