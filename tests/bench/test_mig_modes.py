@@ -31,7 +31,9 @@ def test_static_layouts_are_valid_and_follow_the_demand():
 def test_preemption_bench_decides_on_a_small_cluster(capsys):
     assert preemption_time.main(["--nodes", "8", "--repeat", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 6 and not any("preemption:" in line for line in lines[2:])  # each found victims
+    rows = {label: next(line for line in lines if line.startswith(label)) for label in preemption_time.PREEMPTORS}
+    for label in ("0.6 share", "1 whole GPU", "MIG 3g.40gb"):  # every GPU holds low-priority pods to evict
+        assert "preemption:" not in rows[label] and " node-" in rows[label]
 
 
 @pytest.mark.parametrize("script, argv", [("mig_modes.py", ["--load", "0.9"]),
