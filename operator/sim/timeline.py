@@ -410,7 +410,7 @@ def run_timeline(nodes: list[NodeSpec], trace: Trace, policy_name: str, seed: in
                             offered=offered_load(trace, capacity),
                             slowdown_by_qos={q: [] for q in QOS_CLASSES})
     unplaceable = unplaceable_pods(cluster, trace)
-    priority = [p.request.priority for p in trace.pods]
+    priority = [p.priority for p in trace.pods]
     ordered = len(set(priority)) > 1  # the queue is retried highest priority first (kube's PrioritySort)
     events: list[tuple[float, int, int, int]] = []  # (time, 0 = departure / 1 = arrival, pod, epoch)
     for i in range(len(trace.pods)):

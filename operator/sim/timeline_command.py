@@ -97,11 +97,10 @@ def shape_trace(trace, nodes, as_mig_classes, priority_map):
     pods = []
     for p in trace.pods:
         r = p.request
-        if priority_map and r.qos in priority_map:
-            r = replace(r, priority=priority_map[r.qos])
         if model and not r.is_mig and (as_mig_classes == ("all",) or r.qos in as_mig_classes):
             r = as_mig(r, model)
-        pods.append(replace(p, request=r))
+        prio = priority_map[r.qos] if priority_map and r.qos in priority_map else p.priority
+        pods.append(replace(p, request=r, priority=prio))
     return replace(trace, pods=tuple(pods))
 
 

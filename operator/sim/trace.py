@@ -39,6 +39,9 @@ class PodRecord:
     creation_time: float | None = None
     deletion_time: float | None = None
     preemption_policy: str = ""  # "" = PreemptLowerPriority (kube-scheduler's default)
+    #: The pod's PriorityClass value (what preemption and the queue's order read). Not Request.priority,
+    #: which is fgpu's runtime class among the shares of one GPU (0 high, 1 low).
+    priority: int = 0
 
 
 @dataclass(frozen=True)
@@ -237,9 +240,9 @@ def load_pods(path: str | Path | None = None, *, need_times: bool = False) -> Tr
     for i, row in enumerate(rows):
         request = Request(name=row["name"], cpu_milli=cpu[i], memory_mib=mem[i], num_gpu=num[i],
                           gpu_milli=milli[i], gpu_models=models[i], qos=(row.get("qos") or "").strip(),
-                          priority=(priority[i] or 0) if priority else 0, mig_profile=profiles[i])
+                          mig_profile=profiles[i])
         pods.append(PodRecord(request, created[i] if created else None, deleted[i] if deleted else None,
-                              policies[i]))
+                              policies[i], (priority[i] or 0) if priority else 0))
     if not any(p.request.wants_gpu or p.request.is_mig for p in pods):
         raise PlacementInputError(f"{path} has no GPU pods (every row has num_gpu or gpu_milli 0)", field="--pods")
     return Trace(trace_name(path), tuple(pods))

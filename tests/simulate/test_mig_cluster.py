@@ -57,8 +57,9 @@ def test_mig_pods_priorities_and_policies_load(tmp_path):
     trace = load_pods(pods_file(tmp_path, "a,1000,1024,1,0,0,10,MIG 3g.40gb,1000,Never", "b,1000,1024,1,500,0,10,,,"),
                       need_times=True)
     a, b = (p.request for p in trace.pods)
-    assert (a.mig_profile, a.num_gpu, a.priority, trace.pods[0].preemption_policy) == ("3g.40gb", 1, 1000, "Never")
-    assert (b.mig_profile, b.priority, b.is_share) == ("", 0, True)
+    assert (a.mig_profile, a.num_gpu, trace.pods[0].priority, trace.pods[0].preemption_policy) == (
+        "3g.40gb", 1, 1000, "Never")
+    assert (b.mig_profile, trace.pods[1].priority, b.is_share) == ("", 0, True)
 
 
 @pytest.mark.parametrize("row, message", [
@@ -107,7 +108,7 @@ def test_a_busy_1g_in_the_way_sends_the_3g_to_another_gpu(tmp_path):
 
 
 def shares(*pods):
-    return Trace("t", tuple(PodRecord(Request(n, 1000, 1024, 1, milli, priority=prio), t0, t1, policy)
+    return Trace("t", tuple(PodRecord(Request(n, 1000, 1024, 1, milli), t0, t1, policy, prio)
                             for n, milli, prio, t0, t1, policy in pods))
 
 
