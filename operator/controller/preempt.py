@@ -12,6 +12,7 @@ be deleted is taken back into the model and the preemptor's hold released; it go
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import dataclass, field
 
 from ..kube.outcome import Result
@@ -37,6 +38,7 @@ class Preemptions:
     """What preemption needs to know of bound pods (priority, start, name) and the nominations in flight."""
 
     priority: dict[str, int] = field(default_factory=dict)  # bound pod uid -> spec.priority (0 if none)
+    levels: Counter = field(default_factory=Counter)  # priority -> bound pods (the lowest, without a scan)
     start: dict[str, float] = field(default_factory=dict)
     pods: dict[str, dict] = field(default_factory=dict)  # bound pod uid -> its last object (to restore one)
     nominated: dict[str, Nomination] = field(default_factory=dict)  # preemptor uid -> nomination
@@ -44,13 +46,16 @@ class Preemptions:
 
     def bound(self, uid: str, pod: dict) -> None:
         spec, status = pod.get("spec") or {}, pod.get("status") or {}
+        self._drop_level(uid)
         self.priority[uid] = spec.get("priority") if isinstance(spec.get("priority"), int) else 0
+        self.levels[self.priority[uid]] += 1
         started = parse_time(status.get("startTime"))
         self.start[uid] = started.timestamp() if started else 0.0
         self.pods[uid] = pod
 
     def gone(self, uid: str) -> Nomination | None:
         """A pod is gone: forget it; the nomination it completes (its last victim), if any."""
+        self._drop_level(uid)
         self.priority.pop(uid, None)
         self.start.pop(uid, None)
         self.pods.pop(uid, None)
@@ -64,11 +69,18 @@ class Preemptions:
             return None
         return self.nominated.pop(preemptor)
 
+    def _drop_level(self, uid: str) -> None:
+        old = self.priority.get(uid)
+        if old is not None:
+            self.levels[old] -= 1
+            if not self.levels[old]:
+                del self.levels[old]
+
     def plan(self, scheduler, uid: str, entry, core) -> bool:
         """Try preemption for a pod that fits nowhere; True when it nominated (victims being evicted)."""
         spec = entry.pod.get("spec") or {}
         mine = spec.get("priority") if isinstance(spec.get("priority"), int) else 0
-        if not self.priority or mine <= min(self.priority.values()):
+        if not self.levels or mine <= min(self.levels):
             return False
         outcome = scheduler.live.preempt(uid, core, mine, self.priority, start_of=self.start,
                                          policy=spec.get("preemptionPolicy") or "PreemptLowerPriority")
