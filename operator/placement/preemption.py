@@ -32,7 +32,7 @@ import numpy as np
 from .filters import FILTERS
 from .fit import gpu_fit
 from .mig_plan import nodes_where_resources_may_help
-from .model import Cluster, Placement, Request
+from .model import MILLI, Cluster, Placement, Request
 
 RESOURCE_FILTERS = ("NodeResourcesFit", "GpuFit", "MigSlot")
 MIN_CANDIDATE_NODES = 100
@@ -176,9 +176,33 @@ def _node_candidates(cluster: Cluster, request: Request, node: int, lower: list[
             if cand is not None:
                 yield Candidate(node, (g,), (), cand[0], cand[1])
     else:
+        if request.wants_gpu and request.gpu_milli >= MILLI and _node_cannot_beat(cluster, request, node, lower, beat):
+            return
         cand = _evaluate(cluster, request, node, lower, lower, lambda: True, budgets)
         if cand is not None:
             yield Candidate(node, (), (), cand[0], cand[1])
+
+
+def _node_cannot_beat(cluster: Cluster, request: Request, node: int, lower: list[Running],
+                      beat: tuple | None) -> bool:
+    """For a request of whole GPUs: True when too few GPUs could ever be free (a GPU holding a pod of the
+    preemptor's priority or above never is), or when a lower bound loses to `beat` (as `_cannot_beat`):
+    every pod of each GPU freed goes, so at least the pods of the `short` GPUs with the fewest; the top
+    victim's priority is at least the lowest among the freeable GPUs' pods."""
+    count = int(cluster.gpu_count[node])
+    on = [[r for r in lower if g in r.placement.gpus] for g in range(count)]
+    left = cluster.gpu_left[node, :count]
+    fit_now = [g for g in range(count) if left[g] >= request.gpu_milli]
+    freeable = sorted((len(on[g]), g) for g in range(count) if g not in fit_now and on[g]
+                      and left[g] + sum(r.placement.request.gpu_milli for r in on[g]) >= request.gpu_milli)
+    short = request.num_gpu - len(fit_now)
+    if short <= 0 or beat is None:
+        return short > len(freeable)
+    if short > len(freeable):
+        return True
+    fewest = sum(n for n, _ in freeable[:short])
+    low = min(r.priority for _, g in freeable for r in on[g])
+    return (0, low, fewest * (low + _PRIORITY_OFFSET), fewest) > beat
 
 
 def _evaluate(cluster: Cluster, request: Request, node: int, lower: list[Running], pool: list[Running],
