@@ -5,9 +5,11 @@ preemptor binds to the freed room once the victim is gone; a Never-policy pod ev
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
 
 import pytest
+from fgpu_operator.inspect.audit import check
 from inventories import fractional_inventory
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -80,3 +82,6 @@ def test_high_priority_share_evicts_the_low_one_and_binds_to_its_room(op, pods):
     assert preempted and "/high" in preempted[0].message and f"on node {NODE}" in preempted[0].message
     status = op.core.read_namespaced_pod_status("high", op.namespace).status
     assert status.nominated_node_name in (None, NODE)  # set while it waited; kube clears it once bound
+    nodes = json.loads(op.core.list_node(_preload_content=False).data)["items"]
+    bound = json.loads(op.core.list_namespaced_pod(op.namespace, _preload_content=False).data)["items"]
+    assert not check([n for n in nodes if n["metadata"]["name"] == NODE], bound).violations  # the invariant checker
