@@ -7,7 +7,8 @@ each victim the `DisruptionTarget` condition (reason `PreemptionByScheduler`), a
 the preemptor, and a graceful delete. The preemptor is bound when the last victim is gone, not before: until
 then the victims still run on the GPU. No preemption loop: while its victims terminate the preemptor holds
 its allocation, so it is never decided again (a held allocation is returned as is). A victim that could not
-be deleted is taken back into the model and the preemptor's hold released; it goes back to the queue.
+be deleted is taken back into the model and never chosen again; the preemptor's hold is released and it is
+parked, with the reason, until capacity changes.
 """
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ class Preemptions:
     pods: dict[str, dict] = field(default_factory=dict)  # bound pod uid -> its last object (to restore one)
     nominated: dict[str, Nomination] = field(default_factory=dict)  # preemptor uid -> nomination
     evicting: dict[str, str] = field(default_factory=dict)  # victim uid -> preemptor uid
+    spared: set[str] = field(default_factory=set)  # pods whose delete was refused: never chosen again
 
     def bound(self, uid: str, pod: dict) -> None:
         spec, status = pod.get("spec") or {}, pod.get("status") or {}
@@ -57,6 +59,7 @@ class Preemptions:
         """A pod is gone: forget it; the nomination it completes (its last victim), if any."""
         self._drop_level(uid)
         self.priority.pop(uid, None)
+        self.spared.discard(uid)
         self.start.pop(uid, None)
         self.pods.pop(uid, None)
         self.nominated.pop(uid, None)  # a preemptor deleted while waiting (the model releases its hold)
@@ -82,7 +85,9 @@ class Preemptions:
         mine = spec.get("priority") if isinstance(spec.get("priority"), int) else 0
         if not self.levels or mine <= min(self.levels):
             return False
-        outcome = scheduler.live.preempt(uid, core, mine, self.priority, start_of=self.start,
+        victims_of = self.priority if not self.spared else {
+            u: p for u, p in self.priority.items() if u not in self.spared}
+        outcome = scheduler.live.preempt(uid, core, mine, victims_of, start_of=self.start,
                                          policy=spec.get("preemptionPolicy") or "PreemptLowerPriority")
         if isinstance(outcome, NoPreemption):
             return False
@@ -109,11 +114,12 @@ class Preemptions:
             out = await delete_pod(scheduler.api, vns, vname, v)
             if not out.ok and out.result is not Result.GONE:
                 log.warning("preempting %s/%s for %s/%s: delete failed: %s", vns, vname, ns, name, out)
-                self._undo(scheduler, uid, pod)
+                self._undo(scheduler, uid, pod, f"preemption: could not delete {vns}/{vname}: {out}")
                 return
 
-    def _undo(self, scheduler, uid: str, victim_pod: dict) -> None:
-        """A victim stays: it is taken back into the model, and the preemptor's hold goes; it queues again."""
+    def _undo(self, scheduler, uid: str, victim_pod: dict, message: str) -> None:
+        """A victim stays: it is taken back into the model and never chosen again, and the preemptor's hold
+        goes; the preemptor is parked with the reason until capacity changes (no loop of failed deletes)."""
         nomination = self.nominated.pop(uid, None)
         if nomination is not None:  # the hold goes first, so the model never counts the room twice
             for other in nomination.victims:
@@ -121,9 +127,12 @@ class Preemptions:
             scheduler.live.release(uid)
         vuid = (victim_pod.get("metadata") or {}).get("uid", "")
         self.evicting.pop(vuid, None)
+        self.spared.add(vuid)
         node = (victim_pod.get("spec") or {}).get("nodeName")
         if node:
             scheduler._restore(vuid, victim_pod, node)
         if nomination is not None:
-            scheduler.queue.push(uid, nomination.entry, nomination.entry.key)
-            scheduler._wake.set()
+            entry = nomination.entry
+            entry.reason, entry.message = "Unschedulable", message
+            scheduler.parked[uid] = entry
+            scheduler._spawn(scheduler._explain(uid, entry.pod, message))

@@ -95,3 +95,36 @@ def test_same_priority_and_never_policy_evict_nobody():
         loop.cancel()
 
     asyncio.run(scenario())
+
+
+def test_a_victim_that_cannot_be_deleted_is_taken_back_and_the_preemptor_waits_again():
+    from fgpu_operator.kube.outcome import Outcome, Result
+
+    class NoDelete(FakeApi):
+        async def request(self, method, path, **kw):
+            if method == "DELETE":
+                self.calls.append((method, path, kw.get("body")))
+                return Outcome(Result.DENIED, 403, "forbidden")
+            return await super().request(method, path, **kw)
+
+    async def scenario():
+        api, events = NoDelete(), FakeEvents()
+        s = Scheduler(LiveCluster(policy="binpack"), api, events)
+        loop = asyncio.create_task(s.run())
+        s.on_node("ADDED", NODE)
+        low = pod("low", 500, 0)
+        s.on_pod("ADDED", low)
+        await asyncio.sleep(0.02)
+        await s.drain()
+        s.on_pod("MODIFIED", bound(api, low))
+        s.on_pod("ADDED", pod("high", 600, 1000))
+        await asyncio.sleep(0.05)
+        await s.drain()
+        assert "low" in s.live.allocations and s.live.violations() == []  # taken back; the hold released
+        assert not any(path.endswith("/pods/high/binding") for _, path, _ in api.calls)
+        assert "high" in s.parked and sum(1 for m, _, _ in api.calls if m == "DELETE") == 1  # tried once
+        assert any(reason == "FailedScheduling" and "could not delete ns/low" in message
+                   for name, reason, message in events.messages if name == "high")
+        loop.cancel()
+
+    asyncio.run(scenario())
