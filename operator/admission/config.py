@@ -39,6 +39,9 @@ class AdmissionConfig(pydantic.BaseModel):
     #: The cluster's largest GPU memory: a larger per-device request is refused, and a share asked by memory
     #: alone is sized against it. None: skip the check, and size against simgpu's largest catalogued GPU.
     max_gpu_memory_bytes: int | None = pydantic.Field(default=None, ge=1)
+    #: The cluster's MIG-capable GPU models (catalog names), among which HAMi's `vgpu-mode: mig` memory
+    #: request picks its profile. Empty: every MIG model simgpu catalogues.
+    mig_models: tuple[str, ...] = ()
     #: gpushare's `--memory-unit`: what one `aliyun.com/gpu-mem` is.
     aliyun_memory_unit: Literal["GiB", "MiB"] = "GiB"
     resources: ResourceNames = ResourceNames()

@@ -9,7 +9,7 @@ from functools import cache
 from fgpu_contracts.errors import InputError
 from fgpu_contracts.request import MILLI
 from simgpu import mig
-from simgpu.catalog import all_gpus
+from simgpu.catalog import all_gpus, get_gpu
 
 from .config import AdmissionConfig
 from .quantity import show
@@ -71,3 +71,16 @@ def memory_share_milli(mem_bytes: int | None, mem_pct: int | None, config: Admis
     share = -(-(mem_bytes or 0) * MILLI // largest_gpu_bytes(config))
     return max(1, min(MILLI, share))
 
+
+
+def smallest_mig_profile(mem_bytes: int, models: tuple[str, ...], field: str, text: str) -> str:
+    """HAMi's dynamic MIG (`nvidia.com/vgpu-mode: mig`): the memory asked picks the smallest GPU-instance
+    profile that holds it (least memory, then fewest compute slices; no +me profile), among the cluster's MIG
+    models (`models`; empty: every catalogued one). Profiles of one name are alike across models."""
+    gpus = [get_gpu(m) for m in models] if models else mig.mig_gpus()
+    fitting = [p for g in gpus for p in mig.profiles(g) if not p.media_extensions and p.mem_bytes >= mem_bytes]
+    if not fitting:
+        largest = max((p for g in gpus for p in mig.profiles(g)), key=lambda p: p.mem_bytes)
+        raise InputError(f"{show(text)} MiB is more than any MIG instance holds", field=field,
+                         allowed=[f"at most {largest.mem_bytes >> 20} MiB ({largest.name} on {largest.gpu})"])
+    return min(fitting, key=lambda p: (p.mem_bytes, p.compute_slices)).name

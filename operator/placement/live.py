@@ -10,6 +10,7 @@ taint and cordon changes are applied in place; health changes flip one GPU's mas
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -19,6 +20,7 @@ from .framework import Framework, Unschedulable
 from .gpus import gpu_memory_mib
 from .model import MILLI, Cluster, NodeSpec, Placement, Request
 from .policies import DEFAULT_POLICY, make_policy
+from .preemption import NoPreemption, Running, plan_preemption
 from .slo_feedback import set_hold
 
 #: The target workload FGD-style policies measure fragmentation against until the operator has a better
@@ -151,6 +153,36 @@ class LiveCluster:
         if isinstance(outcome, Unschedulable):
             return outcome
         return self._record(uid, outcome)
+
+    def preempt(self, uid: str, request: Request, priority: int, priority_of: Mapping[str, int], *,
+                start_of: Mapping[str, float] | None = None, policy: str = "PreemptLowerPriority",
+                budgets: Mapping[str, int] | None = None, pdb_of: Mapping[str, str] | None = None,
+                ) -> tuple[Allocation, tuple[str, ...]] | NoPreemption:
+        """For a pod that fits nowhere: pick victims (`preemption.plan_preemption`; `priority_of`: each
+        allocated pod's PriorityClass value, 0 if absent), release their allocations and reserve the
+        preemptor's on the room they free, so no lower-priority pod takes it while they terminate (the
+        assume cache's hold for the nominated node). A pod missing from `priority_of` is never a victim.
+        Returns (the preemptor's allocation, victim uids). The
+        caller deletes the victims, binds the preemptor once they are gone, and on failure `release`s the
+        preemptor and `restore`s any victim still running."""
+        if uid in self.allocations:
+            return self.allocations[uid], ()
+        cluster = self._arrays()
+        if cluster is None:
+            return NoPreemption("preemption: no node")
+        running = [Running(a.uid, self._placement(cluster, self._index[a.node], a), priority_of[a.uid],
+                           (start_of or {}).get(a.uid, 0.0), (pdb_of or {}).get(a.uid, ""))
+                   for a in self.allocations.values() if a.uid in priority_of]
+        fw = self._framework(self.default_policy)
+        cand = plan_preemption(cluster, request, priority, running, policy=policy, budgets=budgets,
+                               node_rank=fw.node_rank)
+        if isinstance(cand, NoPreemption):
+            return cand
+        victims = tuple(v.key for v in cand.victims)
+        for v in victims:
+            self.release(v)
+        gpus = cand.gpus or (fw.choose_gpus(request, cand.node) if request.wants_gpu else ())
+        return self._record(uid, cluster.reserve(request, cand.node, gpus, cand.mig)), victims
 
     def restore(self, uid: str, request: Request, node: str, gpus: tuple[str, ...] = (),
                 mig: tuple[str, ...] = ()) -> Allocation:

@@ -9,7 +9,7 @@ and kube-scheduler's node facts (labels, taints, cordon, counted resources); liv
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -94,7 +94,7 @@ class Request:
     @property
     def is_share(self) -> bool:
         """A fraction of each of its GPUs (one, or several distinct ones): the only case that may share a device
-        with other pods."""
+        with other pods (a MIG request's `gpu_milli`, where given, is only the share it stands for)."""
         return self.num_gpu > 0 and 0 < self.gpu_milli < MILLI and not self.mig_profile
 
     @property
@@ -132,13 +132,15 @@ class Request:
 
 @dataclass(frozen=True, slots=True)
 class MigSlot:
-    """A MIG instance of a live node's GPU (the layout is the node config's; fgpu does not repartition)."""
+    """A MIG instance of a node's GPU: fixed by the node config, or re-laid by the dynamic-MIG planner
+    (`mig_plan`) on a GPU marked `mig_dynamic`. `start` is its first memory slice (-1: not reported)."""
 
     uuid: str
     profile: str
     mem_mib: int = 0
     sms: int = 0
     healthy: bool = True
+    start: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +154,7 @@ class GpuInfo:
     sharing: str = "fractional"  # fractional | exclusive | timeSlicing | mps
     healthy: bool = True
     mig: tuple[MigSlot, ...] = ()
+    mig_dynamic: bool = False  # in MIG mode, its idle instances may be re-laid on demand (mig_plan)
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +237,7 @@ class Cluster:
             for j, g in enumerate(gpus):
                 self.gpu_model_idx[i, j] = index[g.model]
                 self.gpu_mem_cap[i, j] = g.mem_mib or per_model_mem[g.model]
-                self.gpu_mode[i, j] = "mig" if g.mig else g.sharing
+                self.gpu_mode[i, j] = "mig" if g.mig or g.mig_dynamic else g.sharing
                 self.gpu_healthy[i, j] = g.healthy
         self.uuid_index = {u: (i, j) for i, uuids in enumerate(self.gpu_uuid) for j, u in enumerate(uuids)}
         self.affinity = np.zeros((n, MAX_TAGS), dtype=np.int32)
@@ -249,6 +252,7 @@ class Cluster:
         self.tainted = np.array([bool(node.taints) for node in self.nodes], dtype=bool)
         self.mig_profiles = sorted({m.profile for node in self.nodes for g in node.gpus for m in g.mig})
         self._model_allowed: dict[tuple, np.ndarray] = {}  # (trace models, filters) -> allowed per model
+        self.mig_dynamic_any = np.array([any(g.mig_dynamic for g in node.gpus) for node in self.nodes], dtype=bool)
         self.reset()
 
     def reset(self) -> None:
@@ -266,6 +270,7 @@ class Cluster:
         self.mig_slots = {m.uuid: (i, m.profile, m.healthy) for i, node in enumerate(self.nodes)
                           for g in node.gpus for m in g.mig}
         self.mig_taken: dict[str, str] = {}  # instance uuid -> request name
+        self.mig_gpu = {m.uuid: j for node in self.nodes for j, g in enumerate(node.gpus) for m in g.mig}
         self.mig_free = {p: np.zeros(self.size, dtype=np.int64) for p in self.mig_profiles}
         for node, profile, healthy in self.mig_slots.values():
             if healthy:
@@ -387,6 +392,34 @@ class Cluster:
                     held[(node, g)] = held.get((node, g), 0) + delta
                     if held[(node, g)] <= 0:
                         del held[(node, g)]
+
+    def set_mig_layout(self, node: int, gpu: int, slots: Sequence[MigSlot]) -> None:
+        """Replace the MIG instances of one GPU (a re-layout). An instance that a placement holds must be
+        kept as it is: taking it away would lose an allocation, so that is refused, not done."""
+        spec = self.nodes[node]
+        old = spec.gpus[gpu]
+        kept = {m.uuid for m in slots}
+        for m in old.mig:
+            if m.uuid in self.mig_taken and (m.uuid not in kept or m not in slots):
+                raise PlacementInputError(f"MIG instance {m.uuid} is held by {self.mig_taken[m.uuid]}",
+                                          field="layout", allowed=["a layout that keeps every held instance"])
+        for m in old.mig:
+            del self.mig_slots[m.uuid]
+            del self.mig_gpu[m.uuid]
+            if m.healthy and m.uuid not in self.mig_taken:
+                self.mig_free[m.profile][node] -= 1
+        for m in slots:
+            self.mig_slots[m.uuid] = (node, m.profile, m.healthy)
+            self.mig_gpu[m.uuid] = gpu
+            if m.profile not in self.mig_free:
+                self.mig_free[m.profile] = np.zeros(self.size, dtype=np.int64)
+                self.mig_profiles = sorted(self.mig_free)
+            if m.healthy and m.uuid not in self.mig_taken:
+                self.mig_free[m.profile][node] += 1
+        gpus = list(spec.gpus)
+        gpus[gpu] = replace(old, mig=tuple(slots))
+        self.nodes[node] = replace(spec, gpus=tuple(gpus))
+        self.version[node] += 1
 
     def update_node_facts(self, node: int, spec: NodeSpec) -> None:
         """A node's labels, taints or cordon changed (nothing the arrays count): take the new spec in place."""

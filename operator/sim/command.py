@@ -117,6 +117,9 @@ def register(subparsers) -> None:
                         "(docs/qos.md)")
     p.add_argument("--slo", type=number(float, lo=1, hi=100, lo_open=True), default=1.2, metavar="B",
                    help="with --protected-share: the protected pods' slowdown bound (default 1.2)")
+    from .timeline_command import register_cluster_options
+
+    register_cluster_options(p)
     p.add_argument("--ceiling", action="store_true",
                    help="replay mode: also bound what a scheduler could allocate at 100%% arrival, per class: "
                         "places every sharing pod / never refuses a pod that fits / any (integer programs per "
@@ -146,6 +149,10 @@ def run(args: argparse.Namespace) -> int:
         check_writable(args.plot, "--plot")
     if args.load is not None and args.mode != "timeline":
         raise PlacementInputError(f"applies only to --mode timeline (got --mode {args.mode})", field="--load")
+    if args.mode != "timeline":
+        from .timeline_command import check_timeline_only
+
+        check_timeline_only(args)
     if args.ceiling and args.mode != "replay":
         raise PlacementInputError(f"applies only to --mode replay (got --mode {args.mode})", field="--ceiling")
     if args.mode == "timeline":

@@ -126,10 +126,16 @@ DENIALS = {
         "metadata.annotations[hami.io/gpu-scheduler-policy]: 'topology-aware' is not supported: fgpu does not score NVLink topology (allowed: binpack, spread)"),
     'hami vgpu-mode mps': (
         'metadata: {annotations: {nvidia.com/vgpu-mode: mps}}\nspec: {containers: [{name: main, resources: {limits: {nvidia.com/gpu: 1, nvidia.com/gpumem: 1000}}}]}',
-        "metadata.annotations[nvidia.com/vgpu-mode]: 'mps' is not supported: in fgpu, MPS is a node's sharing mode: ask for that node's replica resource (e.g. nvidia.com/gpu.shared); fractional shares run under fgpu's quotas (allowed: hami-core)"),
-    'hami vgpu-mode mig': (
-        'metadata: {annotations: {nvidia.com/vgpu-mode: mig}}\nspec: {containers: [{name: main, resources: {limits: {nvidia.com/gpu: 1, nvidia.com/gpumem: 1000}}}]}',
-        "metadata.annotations[nvidia.com/vgpu-mode]: 'mig' is not supported: fgpu does not repartition MIG on demand: ask for a MIG profile (nvidia.com/mig-<profile> or fgpu.io/mig-profile) on nodes whose layout has it (allowed: hami-core)"),
+        "metadata.annotations[nvidia.com/vgpu-mode]: 'mps' is not supported: in fgpu, MPS is a node's sharing mode: ask for that node's replica resource (e.g. nvidia.com/gpu.shared); fractional shares run under fgpu's quotas (allowed: hami-core, mig)"),
+    'hami vgpu-mode mig with cores': (
+        'metadata: {annotations: {nvidia.com/vgpu-mode: mig}}\nspec: {containers: [{name: main, resources: {limits: {nvidia.com/gpu: 1, nvidia.com/gpumem: 1000, nvidia.com/gpucores: 30}}}]}',
+        "spec.containers[main].resources[nvidia.com/gpucores]: '30' has no meaning in vgpu-mode mig: a MIG instance is a fixed slice (allowed: nvidia.com/gpumem (MiB), which picks the profile)"),
+    'hami vgpu-mode mig without memory': (
+        'metadata: {annotations: {nvidia.com/vgpu-mode: mig}}\nspec: {containers: [{name: main, resources: {limits: {nvidia.com/gpu: 1}}}]}',
+        "spec.containers[main].resources[nvidia.com/gpumem]: vgpu-mode mig needs the memory per instance, which picks the MIG profile (allowed: MiB, e.g. 8000)"),
+    'hami vgpu-mode mig, more than any instance': (
+        'metadata: {annotations: {nvidia.com/vgpu-mode: mig}}\nspec: {containers: [{name: main, resources: {limits: {nvidia.com/gpu: 1, nvidia.com/gpumem: 200000}}}]}',
+        "spec.containers[main].resources[nvidia.com/gpumem]: '200000' MiB is more than any MIG instance holds (allowed: at most 143360 MiB (7g.141gb on H200-SXM-141GB))"),
     'hami bad uuid list': (
         "metadata: {annotations: {nvidia.com/use-gpuuuid: 'GPU-1; rm -rf'}}\nspec: {containers: [{name: main, resources: {limits: {nvidia.com/gpu: 1}}}]}",
         "metadata.annotations[nvidia.com/use-gpuuuid]: 'GPU-1; rm -rf' is not a list of GPU UUIDs (allowed: comma-separated GPU UUIDs, e.g. GPU-8d2f...,GPU-77a1...)"),

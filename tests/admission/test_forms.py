@@ -124,6 +124,18 @@ CASES = {
         """, one(source="hami", milli_gpu=500, priority="high",  # names as written: HAMi's rule matches them
                  model_filters=(ModelFilter(rule="hami", allow=("A100", "V100")),),
                  exclude_uuids=("GPU-aaaa-1", "GPU-bbbb-2"), node_policy="spread", gpu_policy="binpack")),
+    "hami dynamic MIG (examples/nvidia/dynamic_mig_example.yaml): memory picks the smallest profile": ("""
+        metadata: {annotations: {nvidia.com/vgpu-mode: "mig"}}
+        spec:
+          containers:
+            - {name: main, resources: {limits: {nvidia.com/gpu: 2, nvidia.com/gpumem: 8000}}}
+        """, one(source="hami", count=2, mig_profile="1g.10gb")),
+    "hami dynamic MIG, 30 GiB": ("""
+        metadata: {annotations: {nvidia.com/vgpu-mode: mig}}
+        spec:
+          containers:
+            - {name: main, resources: {limits: {nvidia.com/gpu: 1, nvidia.com/gpumem: 30720}}}
+        """, one(source="hami", mig_profile="1g.35gb")),
     "hami low priority, avoid a type": ("""
         metadata: {annotations: {nvidia.com/nouse-gputype: "T4"}}
         spec:

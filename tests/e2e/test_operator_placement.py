@@ -108,6 +108,9 @@ FORMS = {
     "aliyun-memory": Form(_form("aliyun-memory", limits={keys.ALIYUN_MEMORY: "8"}), "aliyun", 100, 8 * GIB, 100),
     "nvidia-whole-gpu": Form(_form("nvidia-whole-gpu", limits={keys.GPU_RESOURCE: "1"}), "nvidia",
                              1000, WHOLE, 100),
+    "hami-dynamic-mig": Form(_form("hami-dynamic-mig", annotations={keys.HAMI_VGPU_MODE: "mig"}, limits={
+        keys.GPU_RESOURCE: "1", keys.GPU_MEMORY_RESOURCE: "8000"}), "hami", mig="1g.10gb",
+        resource=("nvidia.com/mig-1g.10gb", "1")),
     "nvidia-mig-resource": Form(_form("nvidia-mig-resource", limits={"nvidia.com/mig-1g.10gb": "1"}), "nvidia",
                                 mig="1g.10gb", resource=("nvidia.com/mig-1g.10gb", "1")),
 }
@@ -214,7 +217,7 @@ DENIED = {  # name: (pod, HTTP status, the webhook's line)
              limits={keys.GPU_RESOURCE: "1", keys.GPU_MEMORY_RESOURCE: "1000"}), 400,
         "metadata.annotations[nvidia.com/vgpu-mode]: 'mps' is not supported: in fgpu, MPS is a node's sharing "
         "mode: ask for that node's replica resource (e.g. nvidia.com/gpu.shared); fractional shares run under "
-        "fgpu's quotas (allowed: hami-core)"),
+        "fgpu's quotas (allowed: hami-core, mig)"),
     "Volcano vGPU resource": (
         dict(scheduler=keys.SCHEDULER_NAME, limits={keys.VOLCANO_VGPU_NUMBER: "1"}), 400,
         "spec.containers[main].resources[volcano.sh/vgpu-number]: fgpu does not read volcano.sh's GPU resources "

@@ -244,3 +244,18 @@ def test_no_event_sequence_over_allocates_or_loses_an_allocation(seq):
                 for u in a.gpus:
                     used[c.uuid_index[u]] += a.request.gpu_milli
             assert (np.where(c.gpu_slots, 1000 - c.gpu_left, 0) == used).all()
+
+
+def test_preempt_releases_the_victims_and_holds_their_room_for_the_preemptor():
+    lc = live(node("a", "H100", count=1))
+    lc.restore("low", share(500), "a", ("GPU-a-0",))
+    lc.restore("peer", share(400), "a", ("GPU-a-0",))
+    priority = {"low": 0, "peer": 1000}
+    outcome = lc.preempt("high", share(600), 1000, priority)
+    allocation, victims = outcome
+    assert victims == ("low",) and allocation.gpus == ("GPU-a-0",) and "low" not in lc.allocations
+    assert lc.violations() == []  # the held room is the victim's: never counted twice
+    assert isinstance(lc.schedule("late-low", share(500)), Unschedulable)  # nobody takes the held room
+    assert lc.preempt("high", share(600), 1000, priority) == (allocation, ())  # no second preemption
+    assert "no pod of lower priority" in str(lc.preempt("peer2", share(600), 1000, priority))
+    assert "preemptionPolicy is Never" in str(lc.preempt("polite", share(600), 2000, priority, policy="Never"))
