@@ -34,7 +34,7 @@ from .fit import gpu_fit
 from .mig_plan import nodes_where_resources_may_help
 from .model import MILLI, Cluster, Placement, Request
 
-RESOURCE_FILTERS = ("NodeResourcesFit", "GpuFit", "MigSlot")
+RESOURCE_FILTERS = ("NodeResourcesFit", "GpuFit", "SloFit", "MigSlot")  # what evictions can change
 MIN_CANDIDATE_NODES = 100
 MIN_CANDIDATE_PERCENT = 10
 PREEMPT_NEVER = "Never"

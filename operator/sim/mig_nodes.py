@@ -78,11 +78,12 @@ def profile_for_share(model: str, gpu_milli: int) -> mig.MigProfile:
 
 
 def as_mig(request: Request, model: str) -> Request:
-    """A trace pod's request as a MIG request on `model` (CPU-only pods unchanged)."""
+    """A trace pod's request as a MIG request on `model` (CPU-only pods unchanged): a share of each of its
+    GPUs becomes one instance per GPU of the smallest profile holding the share."""
     if not request.wants_gpu:
         return request
     if request.is_share:
-        return Request(request.name, request.cpu_milli, request.memory_mib, 1, request.gpu_milli,
+        return Request(request.name, request.cpu_milli, request.memory_mib, request.num_gpu, request.gpu_milli,
                        qos=request.qos, priority=request.priority,
                        mig_profile=profile_for_share(model, request.gpu_milli).name)
     full = max(mig.profiles(model), key=lambda p: (p.compute_slices, p.memory_slices))

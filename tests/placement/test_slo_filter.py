@@ -139,3 +139,16 @@ def test_cached_mask_agrees_with_a_fresh_cluster(placed, milli, high):
         for r in tenants.values():
             fresh.reserve(r, next(n for n in range(3) if r in c.gpu_tenants.get((n, 0), {}).values()), (0,))
     assert (slo_mask(c, request) == slo_mask(fresh, request, model=SloModel())).all()
+
+
+def test_preemption_may_evict_the_co_runner_that_breaks_the_slo():
+    """The SLO filter depends on who runs there, as the resource filters do: evicting a lower-priority
+    co-runner can make a node fit, so preemption weighs it after the evictions, not before."""
+    from fgpu_operator.placement.preemption import Candidate, Running, plan_preemption
+
+    c = h100s(1)
+    noisy = best_effort("ml/train", 500, guard=False)
+    running = [Running(noisy.name, c.reserve(noisy, 0, (0,)), 0, 0.0)]
+    assert isinstance(framework(c).schedule(protected("ml/serve", 300)), Unschedulable)
+    plan = plan_preemption(c, protected("ml/serve", 300), 1000, running)
+    assert isinstance(plan, Candidate) and [v.key for v in plan.victims] == ["ml/train"]

@@ -83,6 +83,8 @@ def test_share_to_profile_mapping_holds_the_share_in_compute_and_memory():
         assert p.compute_slices / compute >= milli / 1000 and p.memory_slices / memory >= milli / 1000
     whole = as_mig(Request("w", 1000, 0, 4, 1000), "H100")
     assert (whole.mig_profile, whole.num_gpu, whole.is_share) == ("7g.80gb", 4, False)
+    per_gpu = as_mig(Request("s", 1000, 0, 2, 300), "H100")  # a 0.3 share of each of 2 GPUs: one 3g each
+    assert (per_gpu.mig_profile, per_gpu.num_gpu, per_gpu.is_share) == ("3g.40gb", 2, False)
 
 
 # --- timeline: dynamic MIG and preemption ------------------------------------------------------------------
