@@ -159,17 +159,18 @@ def replay_qos(nodes, trace: Trace, name: str, share: float, bound: float, seed:
 
 
 def run_qos(nodes, trace: Trace, name: str, share: float, bound: float, seed: int, load: float | None,
-            errors: np.ndarray) -> dict:
-    """One policy, one seed: allocation (time-weighted % of GPUs over the busy period) and attainment."""
+            errors: np.ndarray, **cluster) -> dict:
+    """One policy, one seed: allocation (time-weighted % of GPUs over the busy period) and attainment.
+    `cluster`: run_timeline's preemption / reconfig_s, as the plain timeline takes them."""
     from .timeline import run_timeline
 
     policy, guard, margin, override = policy_setup(name)
     marked = mark(trace, share, bound, seed, guard, margin)
     watch = Attainment(bound, errors, seed, override)
-    result = run_timeline(nodes, marked, policy, seed, load=load, watch=watch)
+    result = run_timeline(nodes, marked, policy, seed, load=load, watch=watch, **cluster)
     return {"policy": name, "seed": seed, "load": load, "alloc_pct": result.alloc_stats()["mean"],
             "requested_pct": result.requested_stats()["mean"], "attainment": watch.ratio,
-            "protected_hours": watch.running / 3600}
+            "protected_hours": watch.running / 3600, "preempted": result.preempted}
 
 
 #: What `--protected-share` compares when no --policy is given: the issue's six.
@@ -203,9 +204,13 @@ def parse_qos_policies(names: list[str] | None) -> list[str]:
 def report_qos(args, nodes, traces, policies: list[str], seed: int, load: float | None) -> int:
     """The CLI's table (one seed; bench/simulate_qos.py sweeps seeds and loads): allocation and attainment
     per policy, and the trade-off plot with --plot."""
+    from .timeline import DEFAULT_RECONFIG_S
+
     errors = residuals()
-    rows = [run_qos(nodes, trace, p, args.protected_share, args.slo, seed, load, errors) | {"trace": trace.name}
-            for trace in traces for p in policies]
+    cluster = {"preemption": getattr(args, "preemption", False),
+               "reconfig_s": getattr(args, "mig_reconfig_s", DEFAULT_RECONFIG_S)}
+    rows = [run_qos(nodes, trace, p, args.protected_share, args.slo, seed, load, errors, **cluster)
+            | {"trace": trace.name} for trace in traces for p in policies]
     if args.json:
         print(json.dumps({"results": rows}))
         return 0

@@ -1,5 +1,6 @@
 """`fgpu simulate` on today's clusters: catalog GPUs, MIG nodes (static, dynamic), MIG pods, priorities and
 preemption in timeline mode, and one-line errors for bad files."""
+import numpy as np
 import pytest
 from fgpu_operator.cli import main
 from fgpu_operator.placement.errors import PlacementInputError
@@ -129,6 +130,12 @@ def test_preemption_evicts_the_lower_priority_share_which_starts_over():
     assert never.preempted == 0 and never.pending_by_priority[1000] == [90.0]
     off = run_timeline(nodes, trace, "bestfit")
     assert off.preempted == 0
+    # --protected-share runs the same timeline: preemption applies there too (and only when asked)
+    from fgpu_operator.sim.qos_timeline import run_qos
+
+    zero = np.zeros(1)
+    assert run_qos(nodes, trace, "bestfit", 0.0, 1.2, 42, None, zero, preemption=True)["preempted"] == 1
+    assert run_qos(nodes, trace, "bestfit", 0.0, 1.2, 42, None, zero)["preempted"] == 0
 
 
 def test_cli_options_are_timeline_only_and_as_mig_needs_mig_nodes(capsys, tmp_path, small_trace):
