@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed-py$(shell $(PYTHON) -c 'import sys; print("%d.%d" % 
 FGPU_CACHE ?= $(HOME)/.cache/fgpu
 export FGPU_CACHE
 
-.PHONY: demo demo-down cluster-up cluster-down test testbin node-setup install python-pgo lint unit e2e bench prometheus clean image image-nodocker chart-docs kind-up kind-down minikube-up minikube-down
+.PHONY: demo demo-down cluster-up cluster-down test testbin node-setup install python-pgo lint unit unit-lowest e2e bench prometheus clean image image-nodocker chart-docs kind-up kind-down minikube-up minikube-down
 
 $(STAMP): pyproject.toml setup.py
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "fgpu needs Python >= 3.11")'
@@ -75,9 +75,17 @@ test: $(STAMP) prometheus
 	  image=$$(hack/image-nodocker.sh) || exit 1; \
 	  echo "fgpu image archive: $$image"; \
 	  FGPU_TESTBIN="$$dir" FGPU_NODE="$$node" FGPU_IMAGE="$$image" FGPU_REQUIRE_E2E=1 $(PY) -m pytest -ra -p no:cacheprovider tests
+	@$(MAKE) --no-print-directory unit-lowest
 
 unit: $(STAMP)
 	$(PY) -m pytest -ra -m 'not e2e' tests
+
+## The unit tests on the declared minimum of every direct dependency (pyproject.toml's floors, exactly), in a second
+## venv under FGPU_CACHE rebuilt only when pyproject.toml or setup.py changes (hack/lowest_deps.py).
+unit-lowest:
+	@venv=$$($(PYTHON) hack/lowest_deps.py) || exit 1; \
+	  echo "lowest dependency versions: $$venv"; \
+	  $$venv/bin/python -m pytest -ra -p no:cacheprovider -m 'not e2e' tests
 
 bench: $(STAMP)
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

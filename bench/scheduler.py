@@ -186,7 +186,6 @@ def main() -> int:
     except TestbinError as err:  # one line, before anything is started or written
         print(f"bench/scheduler.py: {err}", file=sys.stderr)
         return 2
-
     began = time.perf_counter()
     info = machine(args.operator_python)
     operator = (f", operator on {args.operator_python}: Python {info['operator_python_version']} "

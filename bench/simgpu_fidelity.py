@@ -1,6 +1,6 @@
 """simgpu fidelity: predicted vs measured on real GPUs, for every case of the measurement files.
 
-H100 SXM5: ../shared/calibration/h100_reference.json beside the checkout, or $FGPU_CALIBRATION/ (the reference the model was calibrated on) and
+H100 SXM5: calibration/h100_reference.json (the reference the model was calibrated on; calibration/README.md) and
 bench/data/h100_measured.json (a second H100, measured by `simgpu calibrate`; both fitted), and
 bench/data/h100_measured_2.json (a third H100 run, not used in the fit). H200: bench/data/
 h200_measured.json -- a GPU the model was NOT fitted on (predicted from its spec sheet + the Hopper
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 from dataclasses import dataclass
@@ -32,10 +31,10 @@ from simgpu.perf import ClientLoad, CopyOp, ElementwiseOp, GemmOp, colocate, op_
 from simgpu.perf.ops import parse_op
 
 ROOT = Path(__file__).resolve().parent.parent
-REFERENCE = Path(os.environ.get("FGPU_CALIBRATION") or ROOT.parent / "shared/calibration") / "h100_reference.json"
+REFERENCE = ROOT / "calibration" / "h100_reference.json"
 # (column, GPU, data file candidates, whether to take the host-side floors from the data itself)
 DATASETS = [
-    ("H100 ref (fitted)", "H100", [REFERENCE, ROOT / "shared/calibration/h100_reference.json"], False),
+    ("H100 ref (fitted)", "H100", [REFERENCE], False),
     ("H100 run 2 (fitted)", "H100", [ROOT / "bench/data/h100_measured.json"], False),
     ("H100 run 3 (held out)", "H100", [ROOT / "bench/data/h100_measured_2.json"], False),
     ("H200 (not fitted)", "H200", [ROOT / "bench/data/h200_measured.json"], False),

@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from fgpu_contracts.keys import SCHEDULER_NAME_PATTERN
+
 CHART = Path(__file__).resolve().parent / "fgpu"
 SCHEMA_PATH = CHART / "values.schema.json"
 README_PATH = CHART / "README.md"
@@ -103,6 +105,13 @@ def values_schema() -> dict[str, Any]:
                              "the webhook", minimum=1),
             "policy": leaf("string", "cluster-wide node policy (`fgpu operator --policy`)",
                            enum=_live_policies()),
+            "takeoverSchedulers": leaf("array", "GPU pods naming one of these schedulers are scheduled by fgpu "
+                                       "(`--takeover-schedulers`; a SchedulingPolicy's spec.takeoverSchedulers "
+                                       "wins)", items={"type": "string", "pattern": f"^{SCHEDULER_NAME_PATTERN}$"},
+                                       uniqueItems=True),
+            "aliyunMemoryUnit": leaf("string", "what one `aliyun.com/gpu-mem` is, gpushare's --memory-unit "
+                                     "(`--aliyun-memory-unit`; a SchedulingPolicy's spec.aliyunMemoryUnit wins)",
+                                     enum=["GiB", "MiB"]),
             "leaderElection": obj({
                 "enabled": leaf("boolean", "elect the binding replica with a coordination.k8s.io Lease "
                                 "(`fgpu-scheduler` in the release namespace); off needs replicas: 1"),

@@ -8,7 +8,10 @@ registers, and does what the kubelet would with it:
 
 * once the plugin lists its devices, the node's capacity and allocatable count each resource's healthy devices;
 * a pod bound to the node gets, per container and per extended resource the plugin serves, the devices the
-  plugin prefers among the free ones (GetPreferredAllocation) and then Allocate; the response (env and mounts,
+  plugin prefers among the free ones (GetPreferredAllocation) and then Allocate, as the kubelet's device
+  manager does it: init containers first, each in order, then the app containers; devices an init container
+  held are reused by the containers after it (a restartable "sidecar" init container keeps its own), and each
+  container's devices, reused or new, go to the plugin's Allocate for that container; the response (env and mounts,
   the env's paths under a mount rewritten to the host path, as the container would reach them) goes to
   DIR/pods/<namespace>.<pod>.<container>.json, and the pod is annotated `devcluster.fgpu.io/allocated`, which
   the pod-ready stage of KWOK's stages (kwok_stages()) waits for before it marks the pod Running;
@@ -101,7 +104,7 @@ class Node:
         """A pod admitted before this process restarted (it carries ALLOCATED): take its devices back from its
         record files, as the kubelet does from its checkpoint, instead of allocating them again."""
         meta, held, paths = pod["metadata"], {}, []
-        for container in pod["spec"]["containers"]:
+        for container, _ in in_kubelet_order(pod["spec"]):
             path = self.pods_dir / f"{meta['namespace']}.{meta['name']}.{container['name']}.json"
             try:
                 devices = json.loads(path.read_text())["devices"]
@@ -125,28 +128,35 @@ class Node:
         served = self.resources()
         held = self.held.setdefault(meta["uid"], {})
         partial = self.partial.setdefault(meta["uid"], {})
+        reusable: dict[str, list[str]] = {}  # resource -> devices finished init containers left to later ones
         records = []
-        for container in spec["containers"]:
+        for container, keeps in in_kubelet_order(spec):
             limits = (container.get("resources") or {}).get("limits") or {}
             wanted = {r: int(n) for r, n in limits.items() if "/" in r and not r.startswith(("cpu", "memory"))}
             done = partial.setdefault(container["name"], {"envs": {}, "mounts": [], "devices": {}})
             for resource, count in sorted(wanted.items()):
                 if resource in done["devices"]:
+                    _pass_on(reusable, resource, done["devices"][resource], keeps)
                     continue
                 if resource not in served:
                     if self.reported:  # the plugin is up and does not serve it: an accounting resource
                         continue
                     return False
+                reuse = sorted(reusable.get(resource, []))[:count]  # the kubelet's sets.List order
                 free = self.free(resource)
-                if len(free) < count:
+                if len(reuse) + len(free) < count:
                     log.warning("%s/%s: %d %s asked, %d free", meta["namespace"], meta["name"], count, resource,
-                                len(free))
+                                len(free) + len(reuse))
                     return False
                 stub = self.plugin(resource)
-                preferred = stub.GetPreferredAllocation(api_pb2.PreferredAllocationRequest(container_requests=[
-                    api_pb2.ContainerPreferredAllocationRequest(available_deviceIDs=free,
-                                                                allocation_size=count)]), timeout=10)
-                ids = list(preferred.container_responses[0].deviceIDs) or free[:count]
+                if len(reuse) == count:  # the kubelet takes reusable devices first and asks no preference then
+                    ids = reuse
+                else:
+                    preferred = stub.GetPreferredAllocation(api_pb2.PreferredAllocationRequest(container_requests=[
+                        api_pb2.ContainerPreferredAllocationRequest(available_deviceIDs=reuse + free,
+                                                                    must_include_deviceIDs=reuse,
+                                                                    allocation_size=count)]), timeout=10)
+                    ids = list(preferred.container_responses[0].deviceIDs) or reuse + free[:count - len(reuse)]
                 try:
                     response = stub.Allocate(api_pb2.AllocateRequest(container_requests=[
                         api_pb2.ContainerAllocateRequest(devices_ids=ids)]), timeout=10)
@@ -161,7 +171,8 @@ class Node:
                 done["mounts"] += [{"container_path": m.container_path, "host_path": m.host_path}
                                    for m in answer.mounts]
                 done["devices"][resource] = ids
-                held.setdefault(resource, []).extend(ids)
+                held.setdefault(resource, []).extend(d for d in ids if d not in reuse)
+                _pass_on(reusable, resource, ids, keeps)
             envs, mounts = dict(done["envs"]), done["mounts"]
             for key, value in envs.items():  # the container reaches a mounted path at its host path here
                 for m in mounts:
@@ -199,6 +210,24 @@ class Node:
         self.partial.pop(uid, None)
         for path in self.files.pop(uid, []):
             path.unlink(missing_ok=True)
+
+
+def in_kubelet_order(spec: dict) -> list[tuple[dict, bool]]:
+    """(container, keeps its devices) in the order the kubelet allocates: init containers, then app
+    containers. An init container that runs to completion hands its devices on; a restartable one (a
+    sidecar, `restartPolicy: Always`) and every app container keep theirs."""
+    inits = [(c, c.get("restartPolicy") == "Always") for c in spec.get("initContainers") or ()]
+    return inits + [(c, True) for c in spec.get("containers") or ()]
+
+
+def _pass_on(reusable: dict[str, list[str]], resource: str, ids: list[str], keeps: bool) -> None:
+    """The kubelet's devicesToReuse after a container's allocation: a finishing init container's devices join
+    it, a container that keeps its devices takes them out of it."""
+    pool = reusable.setdefault(resource, [])
+    if keeps:
+        pool[:] = [d for d in pool if d not in ids]
+    else:
+        pool.extend(d for d in ids if d not in pool)
 
 
 class Kubelets:

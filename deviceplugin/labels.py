@@ -47,6 +47,12 @@ def _put_if_agreed(labels: dict[str, str], key: str, values: Iterable[object]) -
         labels.pop(key, None)
 
 
+def _product(gpu: GpuDevice) -> str:
+    """What GFD puts in `nvidia.com/gpu.product`: NVML's device name (spaces become hyphens in `_value`), so
+    a nodeSelector copied from a real cluster (KAI's way to ask for a model) matches the emulated node."""
+    return gpu.spec.nvml_name or gpu.model
+
+
 def _shared_under_plain_name(cfg: NodeConfig, gpu: GpuDevice) -> bool:
     """GFD's `-SHARED` rule: replicas advertised under the unrenamed nvidia.com/gpu."""
     return gpu.sharing in ("timeSlicing", "mps") and any(
@@ -81,13 +87,13 @@ def node_labels(cfg: NodeConfig, gpus: list[GpuDevice]) -> dict[str, str]:
     _put_if_agreed(labels, "nvidia.com/mps.capable", (str(g.sharing == "mps").lower() for g in plain))
     _put_if_agreed(labels, "nvidia.com/gpu.replicas",
                    (cfg.fractional.split_count if g.sharing == "fractional" else g.replicas for g in plain))
-    if len({g.model for g in gpus}) == 1:
+    if len({g.model for g in gpus}) == 1:  # GFD's product: NVML's name, label-safe (NVIDIA-A100-SXM4-80GB)
         _put_if_agreed(labels, "nvidia.com/gpu.product",
-                       (_value(g.model + ("-SHARED" if _shared_under_plain_name(cfg, g) else "")) for g in plain))
+                       (_value(_product(g) + ("-SHARED" if _shared_under_plain_name(cfg, g) else "")) for g in plain))
     instances = [(g, inst) for g in gpus for inst in g.mig]
     if strategy == "single" and instances:
         labels["nvidia.com/gpu.count"] = str(len(instances))
-        _put_if_agreed(labels, "nvidia.com/gpu.product", (_value(f"{g.model}-MIG-{i.profile}") for g, i in instances))
+        _put_if_agreed(labels, "nvidia.com/gpu.product", (_value(f"{_product(g)}-MIG-{i.profile}") for g, i in instances))
         _put_if_agreed(labels, "nvidia.com/gpu.memory", (i.mem_bytes // _MIB for _, i in instances))
         _put_if_agreed(labels, "nvidia.com/gpu.multiprocessors", (i.sms for _, i in instances))
     elif strategy == "mixed":
@@ -124,7 +130,7 @@ def inventory(cfg: NodeConfig, node_name: str, gpus: list[GpuDevice], resources:
             index=gpu.index, uuid=gpu.uuid, model=gpu.model, short_name=gpu.spec.short_name,
             mem_bytes=gpu.spec.mem_bytes, sms=gpu.spec.sms, sharing=gpu.sharing,
             replicas=cfg.fractional.split_count if gpu.sharing == "fractional" else gpu.replicas,
-            healthy=h.healthy, xid=h.xid,
+            healthy=h.healthy, xid=h.xid, pci_bus_id=gpu.pci_bus_id or None,
             mig=tuple(MigDevice(uuid=m.uuid, profile=m.profile, start=m.start, mem_bytes=m.mem_bytes, sms=m.sms,
                                 healthy=h.healthy and health.get(m.uuid, ok).healthy) for m in gpu.mig),
         )

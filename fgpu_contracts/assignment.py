@@ -10,6 +10,10 @@ pattern (peers.md section 1); ours is JSON and versioned:
         {"name": "serve", "priority": 0, "sloSlowdown": 1.2, "devices": [...]}]}
     fgpu.io/assigned-at: "2026-11-22T15:20:00.123456Z"   (RFC 3339; oldest first wins at Allocate)
 
+A container asking for N devices gets N entries in `devices`, each a different GPU (or MIG instance) with its
+own share: HAMi's `nvidia.com/gpu: 2` at 50% each is two devices of `milliGpu: 500`. That has been the v1 shape
+from the start, so a single-GPU hand-off written by any earlier fgpu reads the same.
+
 The plugin records containers it has allocated in `fgpu.io/allocated` (JSON list of container names), so a
 plugin restart does not hand the same assignment out twice. The keys are in `fgpu_contracts.keys`.
 """
@@ -36,11 +40,19 @@ class DeviceShare(WireModel):
 
 class ContainerAssignment(WireModel):
     name: str = pydantic.Field(min_length=1)
-    devices: list[DeviceShare] = pydantic.Field(min_length=1)
+    devices: list[DeviceShare] = pydantic.Field(min_length=1)  # in the container's device order (index 0 first)
     priority: Literal[0, 1] = 1
     # A high-priority container's slowdown bound versus running alone (its SLO: `fgpu.io/slo-slowdown`, else
     # the cluster's default). Optional: absent for low priority, and in assignments written before it existed.
     slo_slowdown: float | None = pydantic.Field(default=None, gt=1.0, le=100.0)
+
+    @pydantic.field_validator("devices")
+    @classmethod
+    def _distinct(cls, value: list[DeviceShare]) -> list[DeviceShare]:
+        uuids = [d.uuid for d in value]
+        if len(set(uuids)) != len(uuids):
+            raise ValueError("a container's devices must be different GPUs or MIG instances")
+        return value
 
 
 class Assignment(WireModel):

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .errors import InputError
+from .extras import missing_extra
 
 #: sockaddr_un.sun_path holds 108 bytes on Linux, the terminating NUL included (unix(7)).
 UNIX_PATH_MAX = 107
@@ -112,9 +113,11 @@ def check_writable(path: str | os.PathLike[str], field: str) -> Path:
     return target
 
 
-def run_command(prog: str, func: Callable[[], int | None], errors: tuple[type[BaseException], ...] = ()) -> int:
-    """Run a parsed command: InputError (and `errors`) -> one line `prog: error: ...` and exit code 2;
-    Ctrl-C -> 130; a closed stdout (`... | head`) -> a quiet 0."""
+def run_command(prog: str, func: Callable[[], int | None], errors: tuple[type[BaseException], ...] = (),
+                extra: str | None = None) -> int:
+    """Run a parsed command: InputError (and `errors`) -> one line `prog: error: ...` and exit code 2; an
+    optional module not installed -> one line naming the extra to install (`extra`: the command's) and exit
+    code 1; Ctrl-C -> 130; a closed stdout (`... | head`) -> a quiet 0."""
     try:
         code = int(func() or 0)
         sys.stdout.flush()  # inside the try: a reader gone before the last buffered write is a quiet exit too
@@ -122,6 +125,12 @@ def run_command(prog: str, func: Callable[[], int | None], errors: tuple[type[Ba
     except (InputError, *errors) as exc:
         print(f"{prog}: error: {' '.join(str(exc).splitlines())}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as exc:
+        line = missing_extra(prog, exc, extra)
+        if line is None:
+            raise
+        print(line, file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -10,7 +10,7 @@ release, then only the GPUNode. Inventory v1 on the wire:
     {"version": "v1", "node": str, "migStrategy": str, "memoryQuota": str, "timeDilation": float,
      "resources": {name: device count}, "nodeResources": {fractional memory/cores resource: amount},
      "gpus": [{"index", "uuid", "model", "shortName", "memBytes", "sms", "sharing", "replicas",
-               "healthy", "xid", "mig": [{"uuid", "profile", "start", "memBytes", "sms", "healthy"}]}]}
+               "healthy", "xid", "pciBusId", "mig": [{"uuid", "profile", "start", "memBytes", "sms", "healthy"}]}]}
 """
 from __future__ import annotations
 
@@ -52,6 +52,7 @@ class GpuInfo(WireModel):
     healthy: bool = True
     xid: int | None = None
     mig: tuple[MigDevice, ...] = ()
+    pci_bus_id: str | None = None  # "00000000:3B:00.0" (NVML's form) or "0000:3b:00.0"; None from older plugins
 
 
 class Inventory(WireModel):

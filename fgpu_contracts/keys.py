@@ -44,17 +44,29 @@ def mig_resource_name(profile: str) -> str:
 
 # --- fgpu's own request annotations -----------------------------------------------------------------------
 FGPU_FRACTION = "fgpu.io/gpu-fraction"  # 0 < f <= 1, or an integer count of whole GPUs
+FGPU_COUNT = "fgpu.io/gpu-count"  # devices, each on its own GPU with the share above (default 1)
 FGPU_MEMORY = "fgpu.io/gpu-memory"  # a quantity, e.g. 8Gi
 FGPU_SM = "fgpu.io/gpu-sm"  # SM share in percent (default: the fraction)
-FGPU_MODEL = "fgpu.io/gpu-model"  # comma-separated allowed models
-FGPU_PRIORITY = "fgpu.io/priority"  # high | low
+FGPU_MODEL = "fgpu.io/gpu-model"  # comma-separated allowed models (fgpu's rule: docs/requests.md)
+FGPU_MODEL_EXCLUDE = "fgpu.io/gpu-model-exclude"  # comma-separated excluded models
+FGPU_PRIORITY = "fgpu.io/priority"  # high (protected: a slowdown bound) | low (best-effort, the default)
 FGPU_MIG_PROFILE = "fgpu.io/mig-profile"
 FGPU_POLICY = "fgpu.io/policy"  # per-pod placement policy
 FGPU_AFFINITY = "fgpu.io/affinity"  # KubeShare-style group names
 FGPU_ANTI_AFFINITY = "fgpu.io/anti-affinity"
 FGPU_EXCLUSION = "fgpu.io/exclusion"
-FGPU_SLO_SLOWDOWN = "fgpu.io/slo-slowdown"  # a high-priority pod's slowdown bound (default 1.2)
+FGPU_SLO_SLOWDOWN = "fgpu.io/slo-slowdown"  # a high-priority pod's slowdown bound (default 1.2); implies high
+FGPU_DUTY_CYCLE = "fgpu.io/duty-cycle"  # 0 < d <= 1: busy fraction alone (workload class; default: the share)
+FGPU_SLO_FILTER = "fgpu.io/slo-filter"  # "true" | "false": keep co-runners' SLOs when placing this pod
 FGPU_CONTAINER = "fgpu.io/container"  # which container the annotations' share is for (default: the first)
+#: Every `fgpu.io/` annotation a pod may carry: fgpu's request spelling, the canonical request (read back),
+#: and the hand-offs (known, but only fgpu's components write them). Any other `fgpu.io/` key on a pod, as an
+#: annotation, a label or a resource, is a mistake the webhook refuses (a typo would otherwise be ignored).
+POD_ANNOTATIONS = (FGPU_FRACTION, FGPU_MEMORY, FGPU_SM, FGPU_COUNT, FGPU_MODEL, FGPU_MODEL_EXCLUDE, FGPU_PRIORITY,
+                   FGPU_MIG_PROFILE, FGPU_POLICY, FGPU_AFFINITY, FGPU_ANTI_AFFINITY, FGPU_EXCLUSION,
+                   FGPU_SLO_SLOWDOWN, FGPU_DUTY_CYCLE, FGPU_SLO_FILTER, FGPU_CONTAINER, *HANDOFF_KEYS)
+#: fgpu reads no label of its own on pods (its request keys are annotations).
+POD_LABELS: tuple[str, ...] = ()
 
 # --- HAMi ---------------------------------------------------------------------------------------------------
 HAMI_USE_UUID = "nvidia.com/use-gpuuuid"
@@ -87,6 +99,8 @@ ALIYUN_MEMORY = "aliyun.com/gpu-mem"  # GiB by default (gpushare's unit is confi
 #: Scheduler names whose pods fgpu takes over (configurable): peers' schedulers, and GPU pods that name
 #: the default scheduler explicitly (HAMi's webhook does the same).
 TAKEOVER_SCHEDULERS = ("hami-scheduler", "kai-scheduler", "kubeshare-scheduler", "default-scheduler")
+#: What a scheduler name may be (a DNS subdomain, as Kubernetes validates spec.schedulerName's profiles).
+SCHEDULER_NAME_PATTERN = r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?"
 
 # --- the operator's own objects -------------------------------------------------------------------------------
 CRD_GROUP = GROUP

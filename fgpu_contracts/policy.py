@@ -7,19 +7,31 @@ from typing import Literal
 
 import pydantic
 
-from fgpu_contracts.keys import CRD_API_VERSION, SCHEDULING_POLICY_KIND, TAKEOVER_SCHEDULERS
+from fgpu_contracts.keys import CRD_API_VERSION, SCHEDULING_POLICY_KIND
 from fgpu_contracts.wire import Condition, ObjectMeta, WireModel
 
 NodePolicy = Literal["binpack", "spread", "fgd", "fgpu"]
 GpuPolicy = Literal["binpack", "spread"]
+SloFilter = Literal["fgpu", "all"]
 
 
 class SchedulingPolicySpec(WireModel):
-    node_policy: NodePolicy = "fgpu"  # which node a pod goes to
+    """The fields the operator also takes as flags (`fgpu operator --policy`, `--takeover-schedulers`,
+    `--aliyun-memory-unit`) have no default here or in the CRD: left out of the object, they are the flag's
+    (the object wins field by field; operator/controller/command.py PRECEDENCE). The operator's own copy of
+    its flags fills every field."""
+
+    node_policy: NodePolicy | None = None  # which node a pod goes to (the operator's default: fgpu)
     gpu_policy: GpuPolicy = "binpack"  # which GPU of that node
-    takeover_schedulers: tuple[str, ...] = TAKEOVER_SCHEDULERS  # GPU pods naming these are scheduled by fgpu
-    aliyun_memory_unit: Literal["GiB", "MiB"] = "GiB"  # the unit of `aliyun.com/gpu-mem` (gpushare's option)
+    #: GPU pods naming these are scheduled by fgpu (the operator's default: keys.TAKEOVER_SCHEDULERS)
+    takeover_schedulers: tuple[str, ...] | None = None
+    aliyun_memory_unit: Literal["GiB", "MiB"] | None = None  # `aliyun.com/gpu-mem`'s unit (default GiB)
     default_slo_slowdown: float = pydantic.Field(default=1.2, gt=1.0, le=100.0)  # a high-priority pod's bound
+    # Pods whose PriorityClass value (spec.priority) is at least this are protected (high priority) unless
+    # they say otherwise; None: only `fgpu.io/priority: high` or `fgpu.io/slo-slowdown` protect a pod.
+    protected_priority: int | None = None
+    # Which node policies keep co-runners' SLOs (the QoS filter): `fgpu` alone, or every policy.
+    slo_filter: SloFilter = "fgpu"
 
 
 class SchedulingPolicyStatus(WireModel):

@@ -26,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    return run_command(f"fgpu {args.command}", lambda: args.func(args), errors=(ValueError,))
+    return run_command(f"fgpu {args.command}", lambda: args.func(args), errors=(ValueError,),
+                       extra=getattr(args, "extra", None))
 
 
 if __name__ == "__main__":

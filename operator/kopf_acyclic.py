@@ -10,7 +10,8 @@ from __future__ import annotations
 
 
 def make_kopf_bodies_acyclic() -> None:
-    """Patch Kopf's Body, Meta, Patch and MetaPatch in this process. Call after importing Kopf, before it runs."""
+    """Patch Kopf's Body, Meta, Patch and MetaPatch in this process. Call after importing Kopf, before it runs, and
+    only on a Kopf whose constructors are the ones replaced here (`kopf_patches.apply_kopf_patches` checks)."""
     from kopf._cogs.structs import bodies, dicts, patches
 
     def body_init(self, src, /) -> None:

@@ -155,14 +155,32 @@ def predict_case(gpu, what: object) -> float:
     return op_cost(gpu, what).seconds
 
 
+@dataclass(frozen=True)
+class Fit:
+    """A fit's result. `converged` is False when the evaluation budget ran out first: the constants are then
+    wherever the optimiser stood, which depends on rounding (a BLAS kernel's, e.g. OPENBLAS_CORETYPE) and is
+    not to be trusted; converged fits agree across kernels."""
+
+    params: PerfParams
+    report: dict
+    converged: bool
+    evaluations: int
+
+
 def fit_params(meas: dict | list[dict], gpu, base: PerfParams, *, max_nfev: int = 400,
                starts: Sequence[PerfParams] = ()) -> tuple[PerfParams, dict]:
+    """`fit(...)`'s params and report."""
+    result = fit(meas, gpu, base, max_nfev=max_nfev, starts=starts)
+    return result.params, result.report
+
+
+def fit(meas: dict | list[dict], gpu, base: PerfParams, *, max_nfev: int = 400,
+        starts: Sequence[PerfParams] = ()) -> Fit:
     """Least-squares fit (log errors, robust loss) of the constants in knobs_for() to `meas` (one
     measurement set, or several taken on the same GPU model), from `base` and from each of `starts`
     (e.g. a shipped profile of the same GPU): the objective has local minima (burst window vs DRAM
-    efficiency), so the lowest-cost result wins.
-
-    Returns the fitted params and a summary {group: median |error|, ...}."""
+    efficiency), so the lowest-cost result wins. `max_nfev` bounds each start's evaluations (Jacobian
+    steps not counted); the report is {group: median and max |error|, ...}."""
     from scipy.optimize import least_squares  # a heavy import, only needed here
 
     sets = meas if isinstance(meas, list) else [meas]
@@ -201,7 +219,7 @@ def fit_params(meas: dict | list[dict], gpu, base: PerfParams, *, max_nfev: int 
         params = params.model_copy(update=hosts[-1])
     params = PerfParams.model_validate(params.model_dump())
     report = evaluate(with_params(gpu, params), meas)
-    return params, report
+    return Fit(params, report, converged=best.status > 0, evaluations=int(best.nfev))
 
 
 def evaluate(gpu, meas: dict | list[dict]) -> dict:

@@ -27,6 +27,9 @@ class GPUSpec(pydantic.BaseModel, frozen=True):
 
     name: str
     short_name: str
+    #: What NVML's nvmlDeviceGetName (and nvidia-smi) says: HAMi registers `NVIDIA-` + it as the device's
+    #: type, and GFD's `nvidia.com/gpu.product` is it with spaces as hyphens. "" for a derived spec (MIG).
+    nvml_name: str = ""
     aliases: list[str] = []
     arch: Literal["pascal", "volta", "turing", "ampere", "ada", "hopper"]
     sms: int = pydantic.Field(gt=0)
@@ -78,6 +81,7 @@ class _GpuRecord(pydantic.BaseModel):
 
     name: str
     short_name: str
+    nvml_name: str = pydantic.Field(min_length=1)
     aliases: list[str] = []
     arch: str
     sms: int
@@ -96,7 +100,8 @@ class _GpuRecord(pydantic.BaseModel):
 
     def to_spec(self) -> GPUSpec:
         return GPUSpec(
-            name=self.name, short_name=self.short_name, aliases=self.aliases, arch=self.arch, sms=self.sms,
+            name=self.name, short_name=self.short_name, nvml_name=self.nvml_name, aliases=self.aliases,
+            arch=self.arch, sms=self.sms,
             tensor_flops_per_clk_per_sm=self.tensor_flops_per_clk_per_sm,
             fp32_flops_per_clk_per_sm=self.fp32_flops_per_clk_per_sm,
             boost_mhz=self.boost_mhz, peak_mhz=self.peak_mhz,
@@ -142,7 +147,7 @@ def lookup_key(name: str) -> str:
 
 def names_of(spec: GPUSpec) -> frozenset[str]:
     """Every name a GPU answers to (canonical, short, aliases), as lookup keys (see `lookup_key`)."""
-    return frozenset(lookup_key(n) for n in (spec.name, spec.short_name, *spec.aliases))
+    return frozenset(lookup_key(n) for n in (spec.name, spec.short_name, spec.nvml_name, *spec.aliases) if n)
 
 
 @cache

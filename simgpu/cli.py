@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
         return 2
-    return run_command(f"simgpu {args.command}", lambda: args.func(args))
+    return run_command(f"simgpu {args.command}", lambda: args.func(args), extra=getattr(args, "extra", None))
 
 
 if __name__ == "__main__":

@@ -317,3 +317,24 @@ def instance_spec(gpu: GPUSpec | str, profile: str | MigProfile) -> GPUSpec:
         "datasheet_tflops": {},
         "sources": [*spec.sources, *(f"MIG: {s}" for s in table.sources)],
     })
+
+
+def placed_layout_problem(gpu: GPUSpec | str, placed: list[tuple[str, int]]) -> str | None:
+    """Why GIs at these fixed (profile, start) positions cannot coexist on one GPU, or None when they can:
+    the same rules as `check_layout` (allowed starts, no overlap, max counts, one +me), for a layout whose
+    positions are already chosen (a re-layout around GIs that must not move)."""
+    table = _table(gpu)
+    profs = [get_profile(gpu, name) for name, _ in placed]
+    problem = _count_problems(table, profs)
+    if problem:
+        return problem
+    ranges = []
+    for prof, (_, start) in zip(profs, placed, strict=True):
+        if start not in prof.starts:
+            return f"{prof.name} cannot start at memory slice {start} (allowed: {', '.join(map(str, prof.starts))})"
+        here = (start, prof.memory_slices)
+        clash = next((r for r in ranges if _overlaps(here, r[1])), None)
+        if clash is not None:
+            return f"{prof.name}@{start} overlaps {clash[0]}@{clash[1][0]}"
+        ranges.append((prof.name, here))
+    return None

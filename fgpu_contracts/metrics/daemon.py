@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from fgpu_contracts.metrics import Metric
 
-# dcgm-exporter's labels (internal/pkg/rendermetrics; `Hostname` before its rename to `hostname`, both here)
-GPU_LABELS = ("gpu", "UUID", "device", "modelName", "Hostname", "hostname", "GPU_I_PROFILE", "GPU_I_ID")
+# dcgm-exporter's labels (internal/pkg/rendermetrics; `Hostname` before its rename to `hostname`, both here);
+# `pci_bus_id` is the node config's (gpus[].pciBusIds) or the emulated default
+GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "hostname", "GPU_I_PROFILE",
+              "GPU_I_ID")
 POD_LABELS = ("namespace", "pod", "container")
 DCGM_LABELS = (*GPU_LABELS, *POD_LABELS)
 # fgpu's own series join the DCGM ones on these; they leave out `modelName`, the one dcgm-exporter label that

@@ -34,7 +34,7 @@ METRICS: tuple[Metric, ...] = (
        "Scheduling decisions by result (scheduled: a node and devices reserved; unschedulable: parked until "
        "capacity changes; error: the decision failed and the pod was parked) and reason: for unschedulable, "
        "the filter plug-in that rejected the most nodes (NodeUnschedulable, TaintToleration, NodeAffinity, "
-       "NodeResourcesFit, GpuModel, GpuFit, MigSlot), NoNodes, InvalidRequest (a request the core does not "
+       "NodeResourcesFit, GpuModel, GpuFit, SloFit, MigSlot), NoNodes, InvalidRequest (a request the core does not "
        "place) or Other; Error for error; empty when scheduled.", ("result", "reason")),
     _m("fgpu_scheduler_binds_total", "counter",
        "Binding writes by result: ok, conflict (bound by someone else), gone (pod deleted), unavailable or "
@@ -43,6 +43,10 @@ METRICS: tuple[Metric, ...] = (
        "Pod Events (Scheduled, FailedScheduling, hand-off restores) not written because 1,000 writes were "
        "already waiting, as client-go's event broadcaster drops when its queue is full; the pods themselves "
        "are scheduled as ever."),
+    _m("fgpu_scheduler_slo_holds_total", "counter",
+       "GPUs held against new low-priority shares because a protected pod there was measured (the daemons' "
+       "fgpu_pod_slowdown) over its SLO bound for the sustained window (held), and GPUs released once no "
+       "protected pod there is over it (released); only with --slo-feedback-prometheus.", ("change",)),
     _m("fgpu_scheduler_create_to_bound_seconds", "histogram",
        "From the pod's metadata.creationTimestamp (whole seconds, so up to 1 s long) to fgpu's successful "
        "Binding; pods restored after a restart or bound by another replica are not observed.",

@@ -14,6 +14,7 @@ from fgpu_contracts.request import MILLI, ContainerRequest, GpuRequest
 
 from .config import AdmissionConfig
 from .gpus import memory_share_milli
+from .placeable import check_placeable
 from .podview import PodView
 from .quantity import show
 
@@ -23,8 +24,11 @@ _WHAT = {  # attribute -> how a message names it and its unit
     "count": ("device count", "devices"), "milli_gpu": ("compute share", "milli-GPU"),
     "mem_bytes": ("memory per device", "bytes"), "mem_pct": ("memory share", "%"),
     "sm_pct": ("SM limit", "%"), "mig_profile": ("MIG profile", ""),
+    **{f"model_filter.{rule}": (f"GPU models ({rule}'s rule)", "") for rule in ("fgpu", "hami", "kubeshare")},
 }
 _SHARE_ATTRS = ("milli_gpu", "mem_bytes", "mem_pct", "sm_pct")
+#: Claims on a GPU-model filter: `model_filter.<rule>`, one per spelling's rule (fgpu, hami, kubeshare).
+_MODEL_FILTER = "model_filter."
 
 
 @dataclass(frozen=True)
@@ -47,10 +51,10 @@ def _agreed(claims: list[Claim]) -> dict[tuple[str | None, str], Claim]:
         if first.value != c.value:
             what, unit = _WHAT.get(c.attr, (c.attr.replace("_", " "), ""))
             where = f" for container {c.container!r}" if c.container else ""
-            raise InputError(
-                f"{show(first.text)} disagrees with {c.field}={show(c.text)} on the {what}{where} "
-                f"({first.value} vs {c.value}{' ' + unit if unit else ''}); give one of them, or equal values",
-                field=first.field)
+            values = "" if c.attr.startswith(_MODEL_FILTER) else (  # the texts say it: no repr of a filter
+                f" ({first.value} vs {c.value}{' ' + unit if unit else ''})")
+            raise InputError(f"{show(first.text)} disagrees with {c.field}={show(c.text)} on the {what}{where}"
+                             f"{values}; give one of them, or equal values", field=first.field)
     return chosen
 
 
@@ -94,15 +98,43 @@ def build(claims: list[Claim], view: PodView, config: AdmissionConfig) -> GpuReq
     for (container, attr), c in chosen.items():
         if container is not None:
             per.setdefault(container, {})[attr] = c
-    pod = {attr: c.value for (container, attr), c in chosen.items() if container is None}
+    pod = {attr: c.value for (container, attr), c in chosen.items()
+           if container is None and not attr.startswith(_MODEL_FILTER)}
+    filters = sorted((c.value for (container, attr), c in chosen.items() if attr.startswith(_MODEL_FILTER)),
+                     key=lambda f: f.rule)
+    if filters:  # one per spelling's rule; all of them must pass
+        pod["model_filters"] = tuple(filters)
     used = {c.source for c in claims}
     pod.setdefault("source", next(s for s in SOURCES if s in used))
+    _protection(pod, chosen, view, config)
     order = [c.name for c in view.containers]
     try:
         containers = tuple(_container(n, per[n], view, config) for n in sorted(per, key=order.index))
-        return GpuRequest(containers=containers, **pod)
+        request = GpuRequest(containers=containers, **pod)
     except pydantic.ValidationError as err:  # a rule the spellings' own checks missed: still one line
         raise InputError(first_error(err), field="fgpu.io/request") from None
+    check_placeable(request, chosen)
+    return request
+
+
+def _protection(pod: dict, chosen: dict[tuple[str | None, str], Claim], view: PodView,
+                config: AdmissionConfig) -> None:
+    """Who is protected (docs/qos.md): a pod that asks for nothing is best-effort; a slowdown bound, or a
+    PriorityClass value at or above the cluster's `protectedPriority`, makes a pod that names no priority
+    high priority. A bound on a pod that says it is low priority is refused (it would protect nothing)."""
+    bound = chosen.get((None, "slo_slowdown"))
+    named = chosen.get((None, "priority"))
+    if bound is not None and named is not None and named.value != "high":
+        raise InputError(f"{show(bound.text)} is a slowdown bound, which protects a high-priority pod only, and "
+                         f"{named.field} is {show(named.text)}", field=bound.field,
+                         allowed=["no bound on a low-priority pod", "or priority high"])
+    if named is not None:
+        return
+    value = view.spec.get("priority")
+    by_class = (config.protected_priority is not None and isinstance(value, int) and not isinstance(value, bool)
+                and value >= config.protected_priority)
+    if bound is not None or by_class:
+        pod["priority"] = "high"
 
 
 def first_error(err: pydantic.ValidationError) -> str:

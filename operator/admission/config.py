@@ -39,11 +39,17 @@ class AdmissionConfig(pydantic.BaseModel):
     #: The cluster's largest GPU memory: a larger per-device request is refused, and a share asked by memory
     #: alone is sized against it. None: skip the check, and size against simgpu's largest catalogued GPU.
     max_gpu_memory_bytes: int | None = pydantic.Field(default=None, ge=1)
+    #: The cluster's MIG-capable GPU models (catalog names), among which HAMi's `vgpu-mode: mig` memory
+    #: request picks its profile. Empty: every MIG model simgpu catalogues.
+    mig_models: tuple[str, ...] = ()
     #: gpushare's `--memory-unit`: what one `aliyun.com/gpu-mem` is.
     aliyun_memory_unit: Literal["GiB", "MiB"] = "GiB"
     resources: ResourceNames = ResourceNames()
     #: Values of `fgpu.io/policy` (the placement core's node policies).
     node_policies: tuple[str, ...] = ("binpack", "spread", "fgd", "fgpu")
+    #: Pods whose PriorityClass value (`spec.priority`) is at least this are protected (high priority) unless
+    #: they name a priority; None: only `fgpu.io/priority: high` or a slowdown bound protect a pod.
+    protected_priority: int | None = None
     #: Users (`userInfo.username`) that may change hand-off annotations on an existing pod.
     trusted_users: tuple[str, ...] = (
         f"system:serviceaccount:{OPERATOR_NAMESPACE}:fgpu-operator",

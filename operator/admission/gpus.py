@@ -1,5 +1,6 @@
-"""GPU facts the webhook checks requests against, all from simgpu's catalog: model names (and each peer's
-way of naming them), MIG profiles, and the largest GPU's memory."""
+"""GPU facts the webhook checks requests against, from simgpu's catalog: MIG profiles and the largest GPU's
+memory; and the form of a GPU-model list (which GPUs it names is the placement core's call, by each
+spelling's rule: placement.models)."""
 from __future__ import annotations
 
 import re
@@ -8,7 +9,7 @@ from functools import cache
 from fgpu_contracts.errors import InputError
 from fgpu_contracts.request import MILLI
 from simgpu import mig
-from simgpu.catalog import all_gpus, lookup_key, names_of, short_names
+from simgpu.catalog import all_gpus, get_gpu
 
 from .config import AdmissionConfig
 from .quantity import show
@@ -16,28 +17,22 @@ from .quantity import show
 _MIG_NAME = re.compile(r"[0-9]+g\.[0-9]+gb(\+me)?")
 
 
-@cache
-def _names() -> tuple[tuple[str, frozenset[str]], ...]:
-    return tuple((g.name, names_of(g)) for g in all_gpus())
+#: A GPU-model name as peers write them: catalog names (`A100-SXM4-80GB`), NVML names (`NVIDIA A100-SXM4-80GB`),
+#: label-safe ones (`NVIDIA-A100-SXM4-80GB`); at most 64 characters.
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._+()-]{0,63}")
+_MODEL_ALLOWED = ["comma-separated GPU model names (letters, digits, spaces, ._+()-), e.g. A100,H100-PCIe"]
 
 
-def _resolve_one(token: str, field: str) -> list[str]:
-    """A catalog name, short name or alias names one model; else, as HAMi's `use-gputype` matches
-    (`A100` is any A100), every model one of whose names contains it."""
-    key = lookup_key(token)
-    exact = [name for name, names in _names() if key in names]
-    found = exact or [name for name, names in _names() if any(key in n for n in names)]
-    if not found:
-        raise InputError(f"unknown GPU model {show(token)}", field=field, allowed=short_names())
-    return found
-
-
-def resolve_models(text: str, field: str) -> tuple[str, ...]:
-    """A comma-separated list of models as canonical catalog names (deduplicated, sorted)."""
-    tokens = [t for t in text.split(",") if t.strip()]
-    if not tokens:
-        raise InputError("names no GPU model", field=field, allowed=short_names())
-    return tuple(sorted({name for t in tokens for name in _resolve_one(t, field)}))
+def model_names(text: str, field: str) -> tuple[str, ...]:
+    """A comma-separated list of GPU model names, trimmed and deduplicated, as written: which GPUs they name
+    is the placement core's call (each spelling's rule, placement.models), since a node with a model fgpu
+    does not know may join later. Only a malformed list is refused."""
+    names = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
+    bad = next((n for n in names if not _MODEL_NAME.fullmatch(n)), None)
+    if not names or bad is not None:
+        raise InputError(f"{show(bad if bad is not None else text)} is not a GPU model name", field=field,
+                         allowed=_MODEL_ALLOWED)
+    return names
 
 
 @cache
@@ -76,3 +71,16 @@ def memory_share_milli(mem_bytes: int | None, mem_pct: int | None, config: Admis
     share = -(-(mem_bytes or 0) * MILLI // largest_gpu_bytes(config))
     return max(1, min(MILLI, share))
 
+
+
+def smallest_mig_profile(mem_bytes: int, models: tuple[str, ...], field: str, text: str) -> str:
+    """HAMi's dynamic MIG (`nvidia.com/vgpu-mode: mig`): the memory asked picks the smallest GPU-instance
+    profile that holds it (least memory, then fewest compute slices; no +me profile), among the cluster's MIG
+    models (`models`; empty: every catalogued one). Profiles of one name are alike across models."""
+    gpus = [get_gpu(m) for m in models] if models else mig.mig_gpus()
+    fitting = [p for g in gpus for p in mig.profiles(g) if not p.media_extensions and p.mem_bytes >= mem_bytes]
+    if not fitting:
+        largest = max((p for g in gpus for p in mig.profiles(g)), key=lambda p: p.mem_bytes)
+        raise InputError(f"{show(text)} MiB is more than any MIG instance holds", field=field,
+                         allowed=[f"at most {largest.mem_bytes >> 20} MiB ({largest.name} on {largest.gpu})"])
+    return min(fitting, key=lambda p: (p.mem_bytes, p.compute_slices)).name

@@ -14,8 +14,9 @@ from fgpu_contracts.request import GpuRequest
 
 from .claims import build
 from .config import DEFAULT_CONFIG, AdmissionConfig
-from .forms import container_claims, hint_claims, refuse_foreign
+from .forms import container_claims, hint_claims, refuse_foreign, refuse_zero_beside_share
 from .handoff import check_create
+from .ownkeys import refuse_unknown_keys
 from .podview import PodView
 
 
@@ -29,10 +30,11 @@ class Classified:
 
 
 def classify_pod(pod: dict, config: AdmissionConfig = DEFAULT_CONFIG) -> Classified:
-    """Raises InputError (one line: field, value, what is allowed) for a request fgpu must refuse, and
-    handoff.HandoffError for hand-off annotations on a new pod."""
+    """Raises InputError (one line: field, value, what is allowed) for a request fgpu must refuse or an
+    unknown `fgpu.io/` key, and handoff.HandoffError for hand-off annotations on a new pod."""
     view = PodView(pod)
     check_create(view)
+    refuse_unknown_keys(view, config)  # whoever schedules it: fgpu's namespace is fgpu's alone
     scheduler = view.scheduler_name
     ours = scheduler == config.scheduler_name
     if not ours and scheduler not in config.takeover_schedulers:
@@ -40,6 +42,7 @@ def classify_pod(pod: dict, config: AdmissionConfig = DEFAULT_CONFIG) -> Classif
     if view.node_name:
         return Classified(None, "spec.nodeName is set: the pod is placed already", scheduler)
     claims = container_claims(view, config)
+    refuse_zero_beside_share(view, config, claims)
     if not claims:
         if ours:
             refuse_foreign(view)

@@ -5,8 +5,10 @@ import argparse
 import gc
 import logging
 import os
+import re
 
 from fgpu_contracts.errors import InputError
+from fgpu_contracts.keys import SCHEDULER_NAME_PATTERN, TAKEOVER_SCHEDULERS
 from fgpu_contracts.signature import load_key
 
 from ..placement.policies import LIVE_POLICIES
@@ -33,12 +35,42 @@ def _positive(kind):
     return parse
 
 
+#: Which setting wins, said once for --help and docs/operator.md.
+PRECEDENCE = (
+    "Cluster defaults (--policy, --takeover-schedulers, --aliyun-memory-unit): the SchedulingPolicy object "
+    "named `default` wins over these flags, field by field, and the flags win over the built-in defaults. "
+    "The object is the cluster admin's live setting (changed without a restart, its status says whether it "
+    "was applied); the flags are the deployment's (the Helm chart's values); a field the object leaves out, "
+    "or deleting the object, falls back to the flag. A pod's own annotations win over all three.")
+
+
+def _schedulers(text: str) -> tuple[str, ...]:
+    """--takeover-schedulers: comma-separated scheduler names ("" takes none over)."""
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    bad = next((n for n in names if not _SCHEDULER_NAME.fullmatch(n)), None)
+    if bad is not None:
+        raise argparse.ArgumentTypeError(f"{bad!r} is not a scheduler name (a DNS subdomain, e.g. hami-scheduler)")
+    return names
+
+
+_SCHEDULER_NAME = re.compile(SCHEDULER_NAME_PATTERN)
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("operator", help="run fgpu's scheduler and admission webhook (Kopf)",
                               description="Run fgpu's Kopf operator: schedules pods with schedulerName "
-                                          "fgpu-scheduler onto (fractions of) GPUs and binds them.")
+                                          "fgpu-scheduler onto (fractions of) GPUs and binds them.",
+                              epilog=PRECEDENCE)
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)")
-    p.add_argument("--policy", default="fgpu", choices=LIVE_POLICIES, help="cluster-wide node policy")
+    p.add_argument("--policy", default="fgpu", choices=LIVE_POLICIES,
+                   help="cluster-wide node policy (default fgpu; SchedulingPolicy spec.nodePolicy wins)")
+    p.add_argument("--takeover-schedulers", type=_schedulers, default=TAKEOVER_SCHEDULERS, metavar="A,B,...",
+                   help="GPU pods naming one of these schedulers are scheduled by fgpu (comma-separated; '' for "
+                        f"none; default {','.join(TAKEOVER_SCHEDULERS)}; SchedulingPolicy "
+                        "spec.takeoverSchedulers wins)")
+    p.add_argument("--aliyun-memory-unit", choices=("GiB", "MiB"), default="GiB",
+                   help="what one aliyun.com/gpu-mem is, as gpushare's --memory-unit (default GiB; "
+                        "SchedulingPolicy spec.aliyunMemoryUnit wins)")
     p.add_argument("--qps", type=_positive(float), default=500.0, help="client QPS for binds (default 500)")
     p.add_argument("--burst", type=_positive(int), default=1000, help="client burst (default 1000)")
     p.add_argument("--binds-in-flight", type=_positive(int), default=64, help="concurrent Binding writes")
@@ -62,6 +94,13 @@ def register(subparsers) -> None:
     p.add_argument("--handoff-key-file", default="", metavar="PATH",
                    help="key to sign each assignment with (fgpu.io/assignment-signature); give every device plugin "
                         "the same file (the Helm chart makes and mounts one). Default: assignments go unsigned")
+    p.add_argument("--slo-feedback-prometheus", default="", metavar="URL",
+                   help="Prometheus that scrapes the node daemons: a GPU whose protected pod is measured over its "
+                        "SLO for --slo-feedback-window takes no new low-priority pods (docs/qos.md; default: off)")
+    p.add_argument("--slo-feedback-window", type=_positive(float), default=60.0, metavar="SECONDS",
+                   help="how long a protected pod must be over its bound before its GPU is held (default 60)")
+    p.add_argument("--slo-feedback-every", type=_positive(float), default=15.0, metavar="SECONDS",
+                   help="how often to ask Prometheus (default 15)")
     p.add_argument("-v", "--verbose", action="store_true")
     p.set_defaults(func=run)
 
@@ -73,12 +112,6 @@ def run(args: argparse.Namespace) -> int:
     import kopf
     import uvloop
 
-    from ..kopf_acyclic import make_kopf_bodies_acyclic
-    from ..kopf_fast import speed_up_kopf
-
-    make_kopf_bodies_acyclic()  # before Kopf makes its first Body
-    speed_up_kopf()
-
     from . import handlers
 
     if args.kubeconfig:
@@ -87,12 +120,15 @@ def run(args: argparse.Namespace) -> int:
         os.environ["KUBECONFIG"] = args.kubeconfig  # Kopf's own login reads it too
     handoff_key = load_key(args.handoff_key_file) if args.handoff_key_file else None
     handlers.CONFIG = handlers.OperatorConfig(
-        kubeconfig=args.kubeconfig, policy=args.policy, qps=args.qps, burst=args.burst,
+        kubeconfig=args.kubeconfig, policy=args.policy, takeover_schedulers=args.takeover_schedulers,
+        aliyun_memory_unit=args.aliyun_memory_unit, qps=args.qps, burst=args.burst,
         binds_in_flight=args.binds_in_flight, writer_process=not args.inline_writes,
         leader_elect=not args.no_leader_elect,
         lease_namespace=args.lease_namespace, identity=args.identity, webhook_port=args.webhook_port,
         webhook_addr=args.webhook_addr, webhook_host=args.webhook_host, webhook_cert_dir=args.webhook_cert_dir,
-        manage_webhook_config=args.manage_webhook_config, handoff_key=handoff_key)
+        manage_webhook_config=args.manage_webhook_config, handoff_key=handoff_key,
+        slo_feedback_url=_prometheus_url(args.slo_feedback_prometheus),
+        slo_window_s=args.slo_feedback_window, slo_every_s=args.slo_feedback_every)
     for flag, port in (("--webhook-port", args.webhook_port), ("--metrics-port", args.metrics_port)):
         if not 0 <= port <= 65535:
             raise InputError(f"{port} is not a TCP port", field=flag, allowed=["0..65535"])
@@ -103,6 +139,9 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per watch event otherwise
+    from ..kopf_patches import apply_kopf_patches
+
+    apply_kopf_patches()  # before Kopf makes its first Body; a Kopf they were not tested on runs as shipped
     server = _serve_metrics(handlers, args.metrics_port) if args.metrics_port else None
     # uvloop: the event loop, TLS and socket I/O in C. The operator is one thread that the apiserver, etcd and
     # the node agents out-compete for CPU on a busy control-plane host; what each pod costs it sets the rate.
@@ -115,6 +154,19 @@ def run(args: argparse.Namespace) -> int:
         if server is not None:
             server.shutdown()
     return 0
+
+
+def _prometheus_url(url: str) -> str:
+    """--slo-feedback-prometheus checked as `fgpu report --prometheus` is ("" stays off)."""
+    if not url:
+        return ""
+    from ..observe.prom import check_url
+
+    try:
+        return check_url(url)
+    except InputError as err:
+        raise InputError(str(err).split(": ", 1)[-1].split(" (allowed:")[0], field="--slo-feedback-prometheus",
+                         allowed=err.allowed) from None
 
 
 def _serve_metrics(handlers, port: int):

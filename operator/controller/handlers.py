@@ -44,6 +44,8 @@ class OperatorConfig:
 
     kubeconfig: str | None = None
     policy: str = "fgpu"
+    takeover_schedulers: tuple[str, ...] = keys.TAKEOVER_SCHEDULERS
+    aliyun_memory_unit: str = "GiB"
     qps: float = 500.0
     burst: int = 1000
     binds_in_flight: int = 64
@@ -58,6 +60,14 @@ class OperatorConfig:
     manage_webhook_config: bool = False  # let Kopf create the (Mutating|Validating)WebhookConfiguration
     handoff_key: bytes | None = None  # --handoff-key-file's key: signs every assignment (None: unsigned)
     writer_process: bool = True  # Bindings and Events written by a child process (False: --inline-writes)
+    slo_feedback_url: str = ""  # Prometheus with the daemons' QoS series (empty: no measured-SLO feedback)
+    slo_window_s: float = 60.0  # how long a protected pod must be over its bound before its GPU is held
+    slo_every_s: float = 15.0  # how often the feedback asks Prometheus
+
+    def policy_flags(self) -> SchedulingPolicySpec:
+        """The cluster defaults the flags give (a SchedulingPolicy object wins over them, field by field)."""
+        return SchedulingPolicySpec(node_policy=self.policy, takeover_schedulers=self.takeover_schedulers,
+                                    aliyun_memory_unit=self.aliyun_memory_unit)
 
 
 #: The name of the (Mutating|Validating)WebhookConfiguration that --manage-webhook-config has Kopf write.
@@ -146,16 +156,22 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
                                handoff_key=CONFIG.handoff_key)
     is_leader = memo.scheduler.is_leader
     memo.metrics.attach(memo.scheduler, identity, is_leader, asyncio.get_running_loop())
-    memo.admission = AdmissionConfig()  # what the webhook reads; the SchedulingPolicy updates it
+    flags = CONFIG.policy_flags()
+    memo.admission = AdmissionConfig(  # what the webhook reads: the flags, until a SchedulingPolicy says otherwise
+        takeover_schedulers=flags.takeover_schedulers, aliyun_memory_unit=flags.aliyun_memory_unit)
     memo.status_api = ApiSession(creds, Limits(qps=20, burst=40, max_in_flight=4))  # GPUNode/policy status
     memo.status_api.open()
     memo.status = StatusWriter(memo.status_api, memo.scheduler.held, memo.scheduler.live.specs.get, is_leader)
-    memo.policy = PolicyWatch(SchedulingPolicySpec(node_policy=CONFIG.policy),
-                              lambda spec: _apply_policy(memo, spec))
+    memo.policy = PolicyWatch(flags, lambda spec: _apply_policy(memo, spec))
     await initial_sync(memo.api, memo.scheduler, memo.policy)
     memo.tasks = [asyncio.create_task(memo.scheduler.run(), name="fgpu-scheduler"),
                   asyncio.create_task(memo.status.run(), name="fgpu-gpunode-status"),
                   asyncio.create_task(memo.policy.run(memo.status_api, is_leader), name="fgpu-policy-status")]
+    if CONFIG.slo_feedback_url:
+        from .slo_feedback import SloFeedback
+
+        feedback = SloFeedback(CONFIG.slo_feedback_url, memo.scheduler, CONFIG.slo_window_s, CONFIG.slo_every_s)
+        memo.tasks.append(asyncio.create_task(feedback.run(), name="fgpu-slo-feedback"))
     if elector is not None:
         memo.tasks.append(asyncio.create_task(elector.run(), name="fgpu-leader-election"))
         memo.tasks.append(asyncio.create_task(_wake_on_leadership(elector, memo)))
@@ -240,7 +256,9 @@ def _apply_policy(memo: kopf.Memo, spec: SchedulingPolicySpec) -> None:
     memo.scheduler.gpu_policy = spec.gpu_policy
     memo.scheduler.default_slo = spec.default_slo_slowdown
     memo.admission = memo.admission.model_copy(update={
-        "takeover_schedulers": spec.takeover_schedulers, "aliyun_memory_unit": spec.aliyun_memory_unit})
+        "takeover_schedulers": spec.takeover_schedulers, "aliyun_memory_unit": spec.aliyun_memory_unit,
+        "protected_priority": spec.protected_priority})
+    memo.scheduler.slo_filter = spec.slo_filter
 
 
 SHUTDOWN_GRACE_S = 5.0

@@ -31,6 +31,8 @@ from ..placement.fragmentation import FragMeter
 from ..placement.framework import Unschedulable
 from ..placement.gpus import gpu_memory_mib, gpu_sms
 from ..placement.model import MILLI
+from ..placement.slo_filter import HELD_REASON as SLO_HELD_REASON
+from ..placement.slo_filter import REASON as SLO_REASON
 from . import exposition
 from .exposition import Samples
 
@@ -48,8 +50,10 @@ _EXACT = {NodeUnschedulable.reason: "NodeUnschedulable", NodeAffinity.reason: "N
           "Too many pods": "NodeResourcesFit", "Insufficient cpu": "NodeResourcesFit",
           "Insufficient memory": "NodeResourcesFit", "node(s) had no GPU": "GpuModel",
           "node(s) had no GPU of the requested model": "GpuModel", "Insufficient GPU": "GpuFit",
-          "Insufficient whole GPU": "GpuFit", "Insufficient GPU memory": "GpuFit"}
+          "Insufficient whole GPU": "GpuFit", "Insufficient GPU memory": "GpuFit",
+          SLO_REASON: "SloFit", SLO_HELD_REASON: "SloFit"}
 _PREFIXES = (("node(s) had untolerated taint", "TaintToleration"), ("node(s) had no GPU allowed", "GpuFit"),
+             ("node(s) had fewer than", "GpuFit"),
              ("Insufficient nvidia.com/mig-", "MigSlot"), ("Insufficient ", "NodeResourcesFit"))
 _ORDER = {name: i for i, name in enumerate(REASONS)}
 
@@ -97,6 +101,7 @@ class OperatorMetrics:
         self._latency = _histogram("fgpu_scheduler_create_to_bound_seconds", self.registry)
         self._admissions = _counter("fgpu_webhook_admissions_total", self.registry)
         self._events_dropped = _counter("fgpu_scheduler_events_dropped_total", self.registry)
+        self._slo_holds = _counter("fgpu_scheduler_slo_holds_total", self.registry)
         self._children: dict[tuple, object] = {}
         # Every outcome's series exists from the start at 0: one first seen at 1 hides that increment from
         # rate() and increase(), so the first bind conflict or the first pod of a reason would never show.
@@ -108,6 +113,8 @@ class OperatorMetrics:
         for reason in REASONS:
             if reason != "Error":
                 self._child(self._attempts, "unschedulable", reason)
+        for change in ("held", "released"):
+            self._child(self._slo_holds, change)
         self.model = ModelGauges()
 
     def _child(self, metric, *labels: str):
@@ -131,6 +138,10 @@ class OperatorMetrics:
 
     def event_dropped(self) -> None:
         self._events_dropped.inc()
+
+    def slo_hold(self, change: str) -> None:
+        """A GPU held against low-priority shares (its protected pod measured over its SLO), or released."""
+        self._child(self._slo_holds, change).inc()
 
     def admission(self, webhook: str, outcome: str, source: str = "") -> None:
         self._child(self._admissions, webhook, outcome, source).inc()

@@ -1,6 +1,7 @@
 """The cluster's SchedulingPolicy: the object named `default` sets what a pod gets when its own request does
 not say (node and GPU policy), which schedulers' GPU pods fgpu takes over and the unit of `aliyun.com/gpu-mem`.
-Without one, the operator's flags are the defaults; deleting it goes back to them. Any other SchedulingPolicy
+Without one, the operator's flags are the defaults; a field it leaves out is the flag's, and deleting it
+goes back to them (command.PRECEDENCE). Any other SchedulingPolicy
 is refused in its status (one cluster, one set of defaults). A pod's own annotations always win.
 
 The leader reports on each object in its status: `Accepted` True, or False with one line saying why (a name
@@ -55,10 +56,13 @@ class PolicyWatch:
                                     f"only the SchedulingPolicy named {NAME!r} applies; this one is ignored")
             return
         try:
-            spec = read_spec(obj)
+            given = read_spec(obj)
         except InputError as err:
             self._verdicts[name] = (generation, "False", "Invalid", f"{err}; the previous defaults stay")
             return
+        # the object wins field by field: what it leaves out is the operator's flag, not the built-in default
+        spec = self.flags.model_copy(update={k: getattr(given, k) for k in given.model_fields_set
+                                             if getattr(given, k) is not None})
         self._verdicts[name] = (generation, "True", "Applied",
                                 f"node policy {spec.node_policy}, GPU policy {spec.gpu_policy}")
         self._use(spec, f"SchedulingPolicy {NAME} generation {generation}")

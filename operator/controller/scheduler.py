@@ -34,6 +34,7 @@ from . import translate
 from .gpunodes import NodeAllocations, allocation_rows
 from .handoff_guard import Handoff, HandoffGuard, Restore, distrust
 from .metrics import OperatorMetrics, unschedulable_reason
+from .preempt import Preemptions
 from .queue import ActiveQueue, sort_key
 
 log = logging.getLogger("fgpu.scheduler")
@@ -82,6 +83,8 @@ class Scheduler:
         self.guard = HandoffGuard()  # the hand-off each bound pod must keep
         self.gpu_policy = "binpack"  # the cluster's GPU policy (SchedulingPolicy), for requests naming none
         self.default_slo = translate.DEFAULT_SLO_SLOWDOWN  # the cluster's slowdown bound for high-priority pods
+        self.slo_filter = "fgpu"  # which node policies keep co-runners' SLOs (SchedulingPolicy sloFilter)
+        self.preemptions = Preemptions()  # bound pods' priorities, and preemptors waiting for their victims
 
     # --- watch events (synchronous: they only update memory) ---------------------------------------------
     def on_node(self, kind: str, node: dict) -> None:
@@ -121,6 +124,10 @@ class Scheduler:
             return
         node = spec.get("nodeName")
         if node:
+            if uid in self.preemptions.evicting:  # released for a preemptor: never taken back while it goes
+                self.preemptions.pods[uid] = pod
+                return
+            self.preemptions.bound(uid, pod)
             self.queue.remove(uid)
             self.parked.pop(uid, None)
             if uid in self.binding:
@@ -143,6 +150,9 @@ class Scheduler:
         self._wake.set()
 
     def _forget(self, uid: str) -> None:
+        ready = self.preemptions.gone(uid)
+        if ready is not None:  # its last victim is gone: the preemptor binds to the room it held
+            self._spawn(self._bind_nominated(ready.entry, ready.allocation))
         self.held.drop(uid)
         self.guard.forget(uid)
         self.queue.remove(uid)
@@ -161,7 +171,7 @@ class Scheduler:
             self.events.post(meta.get("namespace", ""), meta.get("name", ""), uid, doubt.reason, doubt.message)
             bound = bound if doubt.count_claim else None
         try:
-            core = translate.core_request(pod, request if bound else None, self.gpu_policy)
+            core = translate.core_request(pod, request if bound else None, self.gpu_policy, self.default_slo)
         except InputError:
             core = translate.core_request(pod, None)
         self.live.restore(uid, core, node, bound.gpus if bound else (), bound.mig if bound else ())
@@ -227,8 +237,9 @@ class Scheduler:
     async def _schedule_one(self, uid: str, entry: Pending) -> None:
         pod, request = entry.pod, entry.request
         try:
-            core = translate.core_request(pod, request, self.gpu_policy)
             policy = request.node_policy if request is not None else None
+            guard = translate.guards_slo(request, policy or self.live.default_policy, self.slo_filter)
+            core = translate.core_request(pod, request, self.gpu_policy, self.default_slo, guard)
             outcome = self.live.schedule(uid, core, policy)
         except InputError as err:  # a shape the core does not place: say so on the pod, never guess
             outcome = str(err)
@@ -238,6 +249,8 @@ class Scheduler:
             await self._slots.acquire()
             self._spawn(self._bind(uid, entry, outcome))
             return
+        if isinstance(outcome, Unschedulable) and self.preemptions.plan(self, uid, entry, core):
+            return  # nominated: it holds the freed room and binds when its victims are gone
         message = str(outcome)
         entry.reason = unschedulable_reason(outcome) if isinstance(outcome, Unschedulable) else "InvalidRequest"
         self.metrics.attempt("unschedulable", entry.reason)
@@ -306,6 +319,12 @@ class Scheduler:
             self._seen_bound.pop(uid, None)
             self._slots.release()
 
+    async def _bind_nominated(self, entry: Pending, allocation: Allocation) -> None:
+        uid = allocation.uid
+        self.binding.add(uid)
+        await self._slots.acquire()
+        await self._bind(uid, entry, allocation)
+
     def _gpu_memory(self, allocation: Allocation) -> dict[str, int]:
         """Memory (MiB) of each GPU the allocation names, from the node's inventory."""
         spec = self.live.specs.get(allocation.node)
@@ -318,7 +337,7 @@ class Scheduler:
 
 
 #: What is read of a waiting pod's spec: placement (`translate.core_request`), the queue's order (`sort_key`).
-_SPEC_READ = ("nodeSelector", "affinity", "tolerations", "overhead", "priority", "schedulerName")
+_SPEC_READ = ("nodeSelector", "affinity", "tolerations", "overhead", "priority", "preemptionPolicy", "schedulerName")
 #: Metadata never read while a pod waits, and often most of it.
 _META_UNREAD = ("managedFields",)
 _ANNOTATIONS_UNREAD = ("kubectl.kubernetes.io/last-applied-configuration",)  # the whole object again, as applied

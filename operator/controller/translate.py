@@ -24,7 +24,7 @@ from fgpu_contracts.assignment import (
 from fgpu_contracts.errors import InputError
 from fgpu_contracts.inventory import node_inventory
 from fgpu_contracts.policy import SchedulingPolicySpec
-from fgpu_contracts.request import MILLI, GpuRequest, load_request
+from fgpu_contracts.request import MILLI, GpuRequest, device_shape, load_request
 from fgpu_contracts.signature import sign
 
 from ..admission.quantity import parse_quantity
@@ -41,6 +41,7 @@ from ..placement.model import (
     Taint,
     Toleration,
 )
+from ..placement.models import ModelFilter
 
 _MIB = 1 << 20
 
@@ -144,13 +145,20 @@ def _parsed_request(raw: str) -> GpuRequest:
     return load_request(raw)
 
 
-class Unsupported(InputError):
-    """A request the core cannot place as asked (said to the user on the pod, never mis-scheduled)."""
+def guards_slo(request: GpuRequest | None, node_policy: str, cluster_rule: str = "fgpu") -> bool:
+    """Whether placing this pod keeps its co-runners' SLOs (the QoS filter): the pod's `fgpu.io/slo-filter`,
+    else the cluster's SchedulingPolicy `sloFilter` (`fgpu`: the fgpu policy only; `all`: every policy)."""
+    if request is not None and request.slo_filter is not None:
+        return request.slo_filter
+    return cluster_rule == "all" or node_policy == "fgpu"
 
 
-def core_request(pod: dict, request: GpuRequest | None, gpu_policy: str = "binpack") -> Request:
+def core_request(pod: dict, request: GpuRequest | None, gpu_policy: str = "binpack",
+                 default_slo: float | None = None, guard_slo: bool = False) -> Request:
     """The core's view of a pod: its CPU/memory/extended resources, its GPU shape and its constraints
-    (`gpu_policy`: the cluster's GPU policy, for a request that names none)."""
+    (`gpu_policy`: the cluster's GPU policy, for a request that names none), and its QoS: a high-priority
+    pod's bound (its own, else `default_slo`, the SchedulingPolicy's), its duty cycle, and whether placing
+    it keeps co-runners' SLOs (`guard_slo`, from `guards_slo`)."""
     spec = pod.get("spec") or {}
     cpu, mem, ext = pod_resources(pod)
     constraints = Constraints(
@@ -165,36 +173,20 @@ def core_request(pod: dict, request: GpuRequest | None, gpu_policy: str = "binpa
     name = pod_key(pod)
     if request is None:
         return Request(name, cpu, mem, constraints=constraints)
-    shape = _one_shape(request)
-    models = tuple(canonical_model(m) for m in request.models)
+    shape = device_shape(request)  # InputError for two shapes in one pod: said on the pod, never guessed
+    high = request.priority == "high"
     return Request(
         name, cpu, mem, num_gpu=sum(c.count for c in request.containers), gpu_milli=shape.milli_gpu,
-        gpu_models=models, gpu_mem_mib=-(-shape.mem_bytes // _MIB) if shape.mem_bytes else 0,
-        sm_pct=shape.effective_sm_pct, priority=0 if request.priority == "high" else 1,
-        gpu_mem_pct=shape.mem_pct or 0, mig_profile=shape.mig_profile or "", constraints=constraints)
-
-
-def _one_shape(request: GpuRequest):
-    """The core places N devices of one shape per pod: several GPU containers must agree on it."""
-    first = request.containers[0]
-    shape = first.model_copy(update={"container": "*", "count": 1})
-    for c in request.containers[1:]:
-        if c.model_copy(update={"container": "*", "count": 1}) != shape:
-            raise Unsupported(f"containers {first.container} and {c.container} ask for different GPU shares; "
-                              "fgpu places one share shape per pod", field="spec.containers")
-    if shape.milli_gpu < MILLI and first.count > 1:
-        raise Unsupported(f"container {first.container} asks for {first.count} devices of {shape.milli_gpu} "
-                          "milli-GPU each; fgpu places a share below one GPU on a single device",
-                          field="spec.containers")
-    if len(request.containers) > 1 and first.is_share:
-        raise Unsupported("more than one container asks for a share of one GPU; give the share to one "
-                          "container", field="spec.containers")
-    return shape
+        gpu_mem_mib=-(-shape.mem_bytes // _MIB) if shape.mem_bytes else 0,
+        sm_pct=shape.effective_sm_pct, priority=0 if high else 1,
+        gpu_mem_pct=shape.mem_pct or 0, mig_profile=shape.mig_profile or "", constraints=constraints,
+        slo=(request.slo_slowdown or default_slo or DEFAULT_SLO_SLOWDOWN) if high else 0.0,
+        duty=request.duty_cycle or 0.0, guard_slo=guard_slo)
 
 
 def _gpu_constraints(request: GpuRequest, default_gpu_policy: str) -> dict:
     return {
-        "exclude_models": tuple(canonical_model(m) for m in request.exclude_models),
+        "model_filters": tuple(ModelFilter(f.rule, f.allow, f.deny) for f in request.model_filters),
         "uuids": request.uuids, "exclude_uuids": request.exclude_uuids,
         "affinity_group": request.affinity or "", "anti_affinity_group": request.anti_affinity or "",
         "exclusion_group": request.exclusion or "",

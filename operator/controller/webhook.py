@@ -7,6 +7,7 @@ terms: a deny is a `kopf.AdmissionError` carrying the one-line reason, a mutatio
 from __future__ import annotations
 
 import copy
+import logging
 
 import jsonpatch
 import kopf
@@ -15,6 +16,34 @@ from fgpu_contracts import keys
 from fgpu_contracts.errors import InputError
 
 from ..admission import AdmissionConfig, HandoffError, mutate, parse_pod
+
+log = logging.getLogger("fgpu.webhook")
+MUTATE_ID, VALIDATE_ID = "fgpu-request", "fgpu-handoff"  # the ids the handlers below register under
+WEBHOOK_IDS = (MUTATE_ID, VALIDATE_ID)
+
+
+class DenialsAreNotErrors(logging.Filter):
+    """Kopf logs any handler's AdmissionError as an ERROR, "Webhook 'fgpu-request' failed permanently: ...",
+    though for an admission webhook a denial is the answer working, not a fault (a misspelt pod would page
+    whoever watches the operator's errors). fgpu's webhooks log their denials at INFO themselves (`_deny`),
+    so Kopf's line for them is dropped; every other ERROR passes."""
+
+    _PREFIXES = tuple(f"Webhook {hid!r} failed permanently: " for hid in WEBHOOK_IDS)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno < logging.ERROR or not record.getMessage().startswith(self._PREFIXES)
+
+
+_FILTER = DenialsAreNotErrors()
+logging.getLogger("kopf.objects").addFilter(_FILTER)  # Kopf's per-object logger (handlers' outcomes)
+
+
+def _deny(message: str, code: int, body: kopf.Body, operation: str) -> kopf.AdmissionError:
+    meta = body.get("metadata") or {}
+    name = meta.get("name") or meta.get("generateName") or "?"
+    log.info("denied %s of pod %s/%s (%d): %s", operation, meta.get("namespace") or "", name, code, message)
+    return kopf.AdmissionError(message, code=code)
+
 
 #: Users allowed to write the hand-off annotations on an existing pod: the operator's and the device
 #: plugin's service accounts (the admission defaults), and whoever `command.run` adds from `--trusted-user`.
@@ -63,10 +92,10 @@ def normalise_pod(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_) -> N
         ops = mutate(pod, request, config)
     except HandoffError as err:  # an allocation written by hand: forbidden, as the pure `review` answers
         _count(memo, "mutate", "denied")
-        raise kopf.AdmissionError(str(err), code=403) from None
+        raise _deny(str(err), 403, body, "CREATE") from None
     except InputError as err:
         _count(memo, "mutate", "denied")
-        raise kopf.AdmissionError(str(err), code=400) from None
+        raise _deny(str(err), 400, body, "CREATE") from None
     _count(memo, "mutate", "mutated" if ops else "allowed", request.source)
     _touched(dict(body), jsonpatch.apply_patch(pod, ops, in_place=True), patch)  # `pod` is our own copy
 
@@ -82,17 +111,17 @@ def protect_handoff(body: kopf.Body, old: kopf.BodyEssence | None, userinfo: dic
     changed = sorted(k for k in keys.HANDOFF_KEYS if before.get(k) != after.get(k))
     _count(memo, "validate", "denied" if changed else "allowed")
     if changed:
-        raise kopf.AdmissionError(f"metadata.annotations[{changed[0]}]: set by fgpu's scheduler and device "
-                                  "plugin only; a pod cannot change its own GPU allocation", code=403)
+        raise _deny(f"metadata.annotations[{changed[0]}]: set by fgpu's scheduler and device plugin only; a pod "
+                    "cannot change its own GPU allocation", 403, body, "UPDATE")
 
 
 # Kopf runs a plain function in its thread pool: a hand-off to a thread and back for every admission call, for work
 # that is brief and CPU-bound anyway. Registered as coroutines, the two run on the operator's loop.
-@kopf.on.mutate("", "v1", "pods", id="fgpu-request", operations=["CREATE"], side_effects=False)
+@kopf.on.mutate("", "v1", "pods", id=MUTATE_ID, operations=["CREATE"], side_effects=False)
 async def _normalise_on_loop(**kwargs) -> None:
     normalise_pod(**kwargs)
 
 
-@kopf.on.validate("", "v1", "pods", id="fgpu-handoff", operations=["UPDATE"], side_effects=False)
+@kopf.on.validate("", "v1", "pods", id=VALIDATE_ID, operations=["UPDATE"], side_effects=False)
 async def _protect_on_loop(**kwargs) -> None:
     protect_handoff(**kwargs)

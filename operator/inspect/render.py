@@ -188,7 +188,10 @@ def _asked(request: dict) -> str:
             if c.get("smPct"):
                 what += f", SM {c['smPct']}%"
         parts.append(f"{c.get('container')}: {what}")
-    models = f"; models {', '.join(request['models'])}" if request.get("models") else ""
+    models = "".join(
+        (f"; models {', '.join(f['allow'])}" if f.get("allow") else "")
+        + (f"; not models {', '.join(f['deny'])}" if f.get("deny") else "") + f" ({f['rule']}'s rule)"
+        for f in request.get("modelFilters", ()))
     source, priority = request.get("source", "fgpu"), request.get("priority")
     return f"asked ({source} spelling): {'; '.join(parts)}; priority {priority}{models}"
 

@@ -71,3 +71,29 @@ async def set_annotations(
     if out.result is Result.CONFLICT and UID_PRECONDITION in out.message:
         return dataclasses.replace(out, result=Result.GONE)
     return out
+
+
+async def set_nominated_node(api: ApiSession, namespace: str, name: str, node: str) -> Outcome:
+    """status.nominatedNodeName: where a preemptor will go once its victims are gone (kube-scheduler's hint
+    to users and autoscalers; fgpu's own hold is the assumed allocation)."""
+    return await api.request("PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}/status",
+                             body={"status": {"nominatedNodeName": node}}, content_type=STRATEGIC_MERGE)
+
+
+async def mark_preempted(api: ApiSession, namespace: str, name: str, message: str) -> Outcome:
+    """The DisruptionTarget condition (reason PreemptionByScheduler) kube-scheduler sets on a victim before
+    deleting it, so its controller and `kubectl describe` say why it went."""
+    wanted = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler", "message": message,
+              "lastTransitionTime": timestamp()}
+    return await api.request("PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}/status",
+                             body={"status": {"conditions": [wanted]}}, content_type=STRATEGIC_MERGE)
+
+
+async def delete_pod(api: ApiSession, namespace: str, name: str, uid: str) -> Outcome:
+    """DELETE with the pod's own grace period (graceful), `uid` as a precondition (GONE for a pod deleted and
+    recreated under the same name, or already gone)."""
+    body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+    out = await api.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", body=body)
+    if out.result is Result.CONFLICT and UID_PRECONDITION in out.message:
+        return dataclasses.replace(out, result=Result.GONE)
+    return out

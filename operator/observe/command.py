@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from fgpu_contracts.errors import InputError
+from fgpu_contracts.extras import need
 
 from .boards import BOARDS
 
@@ -25,7 +26,7 @@ def register(subparsers) -> None:
                     "grafana-foundation-sdk and write OUT/<uid>.json, ready to import into Grafana or to ship "
                     "to Grafana's dashboard sidecar.")
     d.add_argument("--out", default="deploy/grafana", help="folder to write into (default: deploy/grafana)")
-    d.set_defaults(func=run_dashboards)
+    d.set_defaults(func=run_dashboards, extra="report")
     r = subparsers.add_parser(
         "report", help="draw the dashboards' key panels from a Prometheus as PNGs",
         description="Query a Prometheus that scrapes fgpu's components for the last --since, and draw each "
@@ -33,7 +34,7 @@ def register(subparsers) -> None:
     r.add_argument("--prometheus", required=True, metavar="URL", help="Prometheus base URL, e.g. http://localhost:9090")
     r.add_argument("--out", required=True, metavar="DIR", help="folder for the PNGs (created if missing)")
     r.add_argument("--since", default="15m", metavar="DURATION", help="time range ending now (default: 15m)")
-    r.set_defaults(func=run_report)
+    r.set_defaults(func=run_report, extra="report")
 
 
 def _writable_dir(text: str) -> Path:
@@ -61,6 +62,7 @@ def run_report(args: argparse.Namespace) -> int:
     from .prom import PromError, Prometheus, parse_duration
     from .report import Window, report
 
+    need("matplotlib")  # the drawing's, checked before any query
     prom = Prometheus(args.prometheus)  # checks the URL's shape
     try:
         since_s = parse_duration(args.since)

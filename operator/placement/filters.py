@@ -13,8 +13,10 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from .fit import COMPUTE, FULL, MEMORY, fitting_gpus
+from .fit import COMPUTE, FULL, KIND, MEMORY, fitting_gpus
 from .model import Cluster, NodeSpec, Request, SelectorTerm, Taint, Toleration
+from .models import reason as model_reason
+from .slo_filter import SloFit
 
 Failures = list[tuple[str, np.ndarray]]
 ALL = slice(None)  # every node: plain views, no gathering copies (the replay's hot path)
@@ -101,7 +103,9 @@ class NodeResourcesFit:
 
 
 class GpuModel:
-    """Nodes with no GPU at all, or none of an allowed model (`fgpu.io/gpu-model`, HAMi's use-gputype)."""
+    """Nodes with no GPU at all, or none of a model the pod allows: a trace's model list, or a live pod's
+    model filters, each by its spelling's rule (`models`); the reason names the models ("GPU model not in
+    [A100]"), so a pod waiting for a model no node has says which."""
 
     name = "GpuModel"
 
@@ -110,16 +114,24 @@ class GpuModel:
 
     def failures(self, cluster: Cluster, request: Request, rows: np.ndarray) -> Failures:
         no_gpu = cluster.gpu_count[rows] == 0
-        c = request.constraints
         out = [("node(s) had no GPU", no_gpu)]
-        if request.gpu_models or (c is not None and c.exclude_models):
-            allowed = cluster.gpu_model_mask(request.gpu_models, c.exclude_models if c else ())[rows].any(axis=1)
-            out.append(("node(s) had no GPU of the requested model", ~no_gpu & ~allowed))
+        models = cluster.model_mask(request)
+        if models is not None:
+            out.append((self._reason(request), ~no_gpu & ~models[rows].any(axis=1)))
         return out
+
+    @staticmethod
+    def _reason(request: Request) -> str:
+        c = request.constraints
+        if c is not None and c.model_filters:
+            return model_reason(c.model_filters)
+        return "node(s) had no GPU of the requested model"
 
 
 class GpuFit:
-    """Enough GPUs that take this kind of request and have the share left (the fit rule in `fit`)."""
+    """Enough GPUs that take this kind of request and have the share left (the fit rule in `fit`). A request
+    for N devices needs N distinct such GPUs on the node; a node with fewer than N GPUs it may use at all
+    says so apart from one whose GPUs are merely busy."""
 
     name = "GpuFit"
 
@@ -131,17 +143,23 @@ class GpuFit:
 
     def failures(self, cluster: Cluster, request: Request, rows: np.ndarray) -> Failures:
         need = request.num_gpu
-        compute = fitting_gpus(cluster, request, rows, COMPUTE) < need
-        memory = ~compute & (fitting_gpus(cluster, request, rows, MEMORY) < need)
-        out = [(self._compute_reason(request), compute), ("Insufficient GPU memory", memory)]
+        few = fitting_gpus(cluster, request, rows, KIND) < need if need > 1 else np.zeros(
+            _count(cluster, rows), dtype=bool)
+        compute = ~few & (fitting_gpus(cluster, request, rows, COMPUTE) < need)
+        memory = ~few & ~compute & (fitting_gpus(cluster, request, rows, MEMORY) < need)
+        out = [(f"node(s) had fewer than {need} GPUs the pod may use", few),
+               (self._compute_reason(request), compute), ("Insufficient GPU memory", memory)]
         if request.constraints is not None:
-            rest = ~compute & ~memory & (fitting_gpus(cluster, request, rows, FULL) < need)
+            rest = ~few & ~compute & ~memory & (fitting_gpus(cluster, request, rows, FULL) < need)
             out.append(("node(s) had no GPU allowed by the pod's GPU UUID or sharing-group rules", rest))
         return out
 
     @staticmethod
     def _compute_reason(request: Request) -> str:
-        return "Insufficient GPU" if request.is_share or request.num_gpu > 1 else "Insufficient whole GPU"
+        if request.num_gpu > 1:
+            free = f"GPUs with {request.gpu_milli} milli-GPU free" if request.is_share else "free GPUs"
+            return f"node(s) had fewer than {request.num_gpu} {free}"
+        return "Insufficient GPU" if request.is_share else "Insufficient whole GPU"
 
 
 class MigSlot:
@@ -160,7 +178,7 @@ class MigSlot:
 
 #: kube-scheduler's order (NodeUnschedulable, TaintToleration, NodeAffinity, NodeResourcesFit), then ours.
 FILTERS = (NodeUnschedulable(), TaintToleration(), NodeAffinity(), NodeResourcesFit(), GpuModel(), GpuFit(),
-           MigSlot())
+           SloFit(), MigSlot())
 
 
 def filter_nodes(cluster: Cluster, request: Request, rows: np.ndarray | slice = ALL) -> np.ndarray:
@@ -182,8 +200,9 @@ def fits_node(cluster: Cluster, request: Request, node: int) -> bool:
     return bool(filter_nodes(cluster, request, np.array([node]))[0])
 
 
-def rejection_counts(cluster: Cluster, request: Request) -> dict[str, int]:
-    """Why no node fits: each node counted under the reasons of the first filter that rejects it."""
+def rejection_counts(cluster: Cluster, request: Request, details: list[str] | None = None) -> dict[str, int]:
+    """Why no node fits: each node counted under the reasons of the first filter that rejects it (and, into
+    `details`, what a filter with a `detail` says about the nodes it rejected)."""
     alive = np.arange(cluster.size)
     counts: dict[str, int] = {}
     for plugin in FILTERS:
@@ -196,6 +215,10 @@ def rejection_counts(cluster: Cluster, request: Request) -> dict[str, int]:
             if failed.any():
                 counts[reason] = counts.get(reason, 0) + int(failed.sum())
                 rejected |= failed
+        said = plugin.detail(cluster, request, alive[rejected]) if (
+            details is not None and rejected.any() and hasattr(plugin, "detail")) else ""
+        if said:
+            details.append(said)
         alive = alive[~rejected]
     return counts
 

@@ -10,7 +10,7 @@ smallest node name, and names nodes with a random-permutation prefix, so ties al
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -19,6 +19,8 @@ import numpy as np
 from .filters import filter_nodes, rejection_counts
 from .fit import gpu_fit
 from .model import Cluster, Placement, Request
+from .slo_filter import least_slack_lost
+from .slo_guard import guards
 
 
 class Policy(Protocol):
@@ -43,30 +45,45 @@ class Unschedulable:
     request: Request
     total_nodes: int
     reasons: tuple[tuple[str, int], ...]
+    details: tuple[str, ...] = ()  # what a filter adds about its nodes (whose SLO blocked which GPU)
 
     def __str__(self) -> str:
-        """kube-scheduler's FitError wording: "0/N nodes are available: <count reason, sorted>." """
+        """kube-scheduler's FitError wording: "0/N nodes are available: <count reason, sorted>." and the
+        filters' details after it."""
         histogram = sorted(f"{count} {reason}" for reason, count in self.reasons)
-        return f"0/{self.total_nodes} nodes are available" + (f": {', '.join(histogram)}." if histogram else ".")
+        text = f"0/{self.total_nodes} nodes are available" + (f": {', '.join(histogram)}." if histogram else ".")
+        return " ".join((text, *(d[0].upper() + d[1:] + "." for d in self.details)))
 
 
 def explain(cluster: Cluster, request: Request) -> Unschedulable:
     """Why no node fits: each node counted under the reasons of the first filter that rejects it."""
-    counts = rejection_counts(cluster, request)
-    return Unschedulable(request, cluster.size, tuple(sorted(counts.items())))
+    details: list[str] = []
+    counts = rejection_counts(cluster, request, details)
+    return Unschedulable(request, cluster.size, tuple(sorted(counts.items())), tuple(details))
 
 
 def best_fit_gpus(cluster: Cluster, request: Request, node: int, spread: bool = False) -> tuple[int, ...]:
-    """The FGD simulator's default GPU selection: a shared request goes to the fitting GPU with the least
-    room left (lowest index on ties; `spread`: the most room); whole-GPU requests take the first fitting
-    GPUs in index order."""
+    """The FGD simulator's default GPU selection: a shared request goes to the fitting GPUs with the least
+    room left (`spread`: the most), one device per GPU, lowest index on ties; whole-GPU requests take the
+    first fitting GPUs in index order."""
     if not request.wants_gpu:
         return ()
     fits = np.flatnonzero(gpu_fit(cluster, request, node))
     if request.is_share:
         left = cluster.gpu_left[node, fits]
-        return (int(fits[np.argmax(left) if spread else np.argmin(left)]),)
+        if request.num_gpu == 1:  # the replay's hot path
+            return (int(fits[np.argmax(left) if spread else np.argmin(left)]),)
+        order = np.argsort(-left if spread else left, kind="stable")[: request.num_gpu]
+        return tuple(sorted(int(g) for g in fits[order]))
     return tuple(int(g) for g in fits[: request.num_gpu])
+
+
+def preferring(held: Sequence[int], chosen: Sequence[int], count: int) -> tuple[int, ...]:
+    """`count` GPUs: those of `held` first, then the rest of `chosen` (distinct fitting GPUs, at least `count`
+    of them together)."""
+    out = list(dict.fromkeys(held))[:count]
+    out += [g for g in chosen if g not in out][: count - len(out)]
+    return tuple(out)
 
 
 def choose_mig(cluster: Cluster, request: Request, node: int) -> tuple[str, ...]:
@@ -107,25 +124,34 @@ class Framework:
         else:
             scores = np.asarray(self.policy.score(request, feasible))[candidates]
         top = candidates[scores == scores.max()]
+        if top.size > 1 and guards(request):
+            top = least_slack_lost(self.cluster, request, top)
         node = int(top[np.argmin(self.node_rank[top])]) if top.size > 1 else int(top[0])
         if request.is_mig:
             return self.cluster.reserve(request, node, (), choose_mig(self.cluster, request, node))
         return self.cluster.reserve(request, node, self.choose_gpus(request, node))
 
     def choose_gpus(self, request: Request, node: int) -> tuple[int, ...]:
-        """The policy's GPUs, unless the pod says otherwise: KubeShare affinity (a GPU already holding its
-        group, if one fits) or HAMi's GPU policy `spread`."""
+        """The policy's GPUs, unless the pod says otherwise: KubeShare affinity (GPUs already holding its
+        group, as many as fit; the rest as usual) or HAMi's GPU policy `spread`."""
         c = request.constraints
-        if c is not None and request.is_share:
-            if c.affinity_group:
-                fits = gpu_fit(self.cluster, request, node)
-                held = sorted(g for (n, g) in self.cluster.group_gpus.get(f"a:{c.affinity_group}", {})
-                              if n == node and fits[g])
-                if held:
-                    return (held[0],)
+        if c is None or not request.is_share:
+            return self.policy.choose_gpus(request, node)
+
+        def usual() -> tuple[int, ...]:
             if c.gpu_policy == "spread":
                 return best_fit_gpus(self.cluster, request, node, spread=True)
-        return self.policy.choose_gpus(request, node)
+            return self.policy.choose_gpus(request, node)
+
+        if c.affinity_group:
+            fits = gpu_fit(self.cluster, request, node)
+            held = sorted(g for (n, g) in self.cluster.group_gpus.get(f"a:{c.affinity_group}", {})
+                          if n == node and fits[g])
+            if len(held) >= request.num_gpu:
+                return tuple(held[: request.num_gpu])
+            if held:
+                return preferring(held, usual(), request.num_gpu)
+        return usual()
 
     def release(self, placement: Placement) -> None:
         self.cluster.release(placement)

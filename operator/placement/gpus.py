@@ -52,3 +52,27 @@ def canonical_model(model: str) -> str:
 
 def known_model(model: str) -> bool:
     return model in TRACE_GPU_MEMORY_MIB or _catalog_spec(model) is not None
+
+
+def name_key(name: str) -> str:
+    """How GPU names compare: case-insensitively, spaces and underscores as hyphens (simgpu's lookup key)."""
+    from simgpu.catalog import lookup_key
+
+    return lookup_key(name)
+
+
+@cache
+def gpu_names(model: str) -> frozenset[str]:
+    """Every name a GPU of `model` answers to, as `name_key`s: its catalog names (canonical, short, NVML,
+    aliases), or the model string alone for a model the catalog does not know (a trace's, a real node's)."""
+    from simgpu.catalog import names_of
+
+    spec = _catalog_spec(model) if model else None
+    return names_of(spec) if spec else frozenset({name_key(model)} if model else ())
+
+
+def hami_type_name(model: str) -> str:
+    """The device type HAMi registers, `NVIDIA-` + NVML's name (`NVIDIA-NVIDIA A100-SXM4-80GB`), which its
+    `use-gputype` / `nouse-gputype` match against; a model the catalog does not know stands for its NVML name."""
+    spec = _catalog_spec(model) if model else None
+    return "NVIDIA-" + (spec.nvml_name if spec and spec.nvml_name else model)

@@ -10,6 +10,7 @@ taint and cordon changes are applied in place; health changes flip one GPU's mas
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -19,6 +20,8 @@ from .framework import Framework, Unschedulable
 from .gpus import gpu_memory_mib
 from .model import MILLI, Cluster, NodeSpec, Placement, Request
 from .policies import DEFAULT_POLICY, make_policy
+from .preemption import NoPreemption, Running, plan_preemption
+from .slo_feedback import set_hold
 
 #: The target workload FGD-style policies measure fragmentation against until the operator has a better
 #: one: common fractional shares and whole-GPU counts, equally likely (docs/architecture.md).
@@ -74,6 +77,7 @@ class LiveCluster:
         self._dirty = True
         self._node_changes = 0  # bumped on every node added, changed or removed
         self._largest_gpu_mib = (-1, 0)  # (node changes it was computed at, MiB)
+        self._held: set[str] = set()  # GPU UUIDs held for low-priority shares (slo_feedback)
 
     # --- nodes ------------------------------------------------------------------------------------------
     def set_default_policy(self, policy: str) -> None:
@@ -126,6 +130,16 @@ class LiveCluster:
             return changed and healthy
         return healthy
 
+    def set_slo_hold(self, uuid: str, held: bool) -> bool:
+        """Hold a GPU against new low-priority shares (a protected pod there is measured over its SLO), or
+        release it. True when the GPU was released (room for waiting pods)."""
+        if (uuid in self._held) == held:
+            return False
+        (self._held.add if held else self._held.discard)(uuid)
+        if not self._dirty and self._cluster is not None:
+            set_hold(self._cluster, uuid, held)
+        return not held
+
     # --- pods -------------------------------------------------------------------------------------------
     def schedule(self, uid: str, request: Request, policy: str | None = None) -> Allocation | Unschedulable:
         """Decide and reserve at once (assume): the caller writes the binding and `release`s on failure.
@@ -139,6 +153,36 @@ class LiveCluster:
         if isinstance(outcome, Unschedulable):
             return outcome
         return self._record(uid, outcome)
+
+    def preempt(self, uid: str, request: Request, priority: int, priority_of: Mapping[str, int], *,
+                start_of: Mapping[str, float] | None = None, policy: str = "PreemptLowerPriority",
+                budgets: Mapping[str, int] | None = None, pdb_of: Mapping[str, str] | None = None,
+                ) -> tuple[Allocation, tuple[str, ...]] | NoPreemption:
+        """For a pod that fits nowhere: pick victims (`preemption.plan_preemption`; `priority_of`: each
+        allocated pod's PriorityClass value, 0 if absent), release their allocations and reserve the
+        preemptor's on the room they free, so no lower-priority pod takes it while they terminate (the
+        assume cache's hold for the nominated node). A pod missing from `priority_of` is never a victim.
+        Returns (the preemptor's allocation, victim uids). The
+        caller deletes the victims, binds the preemptor once they are gone, and on failure `release`s the
+        preemptor and `restore`s any victim still running."""
+        if uid in self.allocations:
+            return self.allocations[uid], ()
+        cluster = self._arrays()
+        if cluster is None:
+            return NoPreemption("preemption: no node")
+        running = [Running(a.uid, self._placement(cluster, self._index[a.node], a), priority_of[a.uid],
+                           (start_of or {}).get(a.uid, 0.0), (pdb_of or {}).get(a.uid, ""))
+                   for a in self.allocations.values() if a.uid in priority_of]
+        fw = self._framework(self.default_policy)
+        cand = plan_preemption(cluster, request, priority, running, policy=policy, budgets=budgets,
+                               node_rank=fw.node_rank)
+        if isinstance(cand, NoPreemption):
+            return cand
+        victims = tuple(v.key for v in cand.victims)
+        for v in victims:
+            self.release(v)
+        gpus = cand.gpus or (fw.choose_gpus(request, cand.node) if request.wants_gpu else ())
+        return self._record(uid, cluster.reserve(request, cand.node, gpus, cand.mig)), victims
 
     def restore(self, uid: str, request: Request, node: str, gpus: tuple[str, ...] = (),
                 mig: tuple[str, ...] = ()) -> Allocation:
@@ -211,6 +255,8 @@ class LiveCluster:
         if self._cluster is not None:
             for allocation in self.allocations.values():
                 self._apply(self._cluster, allocation)
+            for uuid in self._held:
+                set_hold(self._cluster, uuid, True)
         self._dirty = False
         return self._cluster
 

@@ -1,20 +1,21 @@
 """The cluster and request model: plain data + numpy arrays, so policies can score every node at once.
 
 A node has CPU (milli-cores), host memory (MiB), a GPU model and per-GPU free capacity in milli-GPU (1000 = a
-whole GPU) and in GPU memory (MiB). A request asks for `num_gpu` GPUs with `gpu_milli` of each (below 1000 only
-for a single shared GPU), optionally GPU memory per GPU, a GPU-model constraint, CPU and host memory; or
-`num_gpu` MIG instances of one profile. Live nodes add GPU identities, health, sharing modes, MIG instances
+whole GPU) and in GPU memory (MiB). A request asks for `num_gpu` distinct GPUs of one node with `gpu_milli` of
+each (below 1000: a share of each, e.g. HAMi's `nvidia.com/gpu: 2` at 50% per device), optionally GPU memory
+per GPU, a GPU-model constraint, CPU and host memory; or `num_gpu` MIG instances of one profile. Live nodes add GPU identities, health, sharing modes, MIG instances
 and kube-scheduler's node facts (labels, taints, cordon, counted resources); live requests add `Constraints`.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from .errors import PlacementInputError
 from .gpus import gpu_memory_mib
+from .models import ModelFilter, admits_all
 
 MILLI = 1000
 #: Affinity tags used by the GPU-clustering policy: 0 = shares one GPU, k = k whole GPUs.
@@ -59,7 +60,7 @@ class Constraints:
     node_selector: tuple[tuple[str, str], ...] = ()
     affinity_terms: tuple[SelectorTerm, ...] = ()  # ORed, as requiredDuringScheduling nodeSelectorTerms
     tolerations: tuple[Toleration, ...] = ()
-    exclude_models: tuple[str, ...] = ()
+    model_filters: tuple[ModelFilter, ...] = ()  # GPU-model constraints, each by its spelling's rule (`models`)
     uuids: tuple[str, ...] = ()  # allowed GPU UUIDs (empty: any)
     exclude_uuids: tuple[str, ...] = ()
     extended: tuple[tuple[str, int], ...] = ()  # counted node resources (time-slicing replicas, ...)
@@ -86,11 +87,15 @@ class Request:
     gpu_mem_pct: int = 0  # memory per GPU as a percentage of the device's (0: gpu_mem_mib or the share)
     mig_profile: str = ""  # a MIG instance of this profile per GPU asked (num_gpu instances)
     constraints: Constraints | None = None
+    slo: float = 0.0  # a protected pod's slowdown bound (docs/qos.md); 0: best-effort, no bound
+    duty: float = 0.0  # busy fraction alone (its workload class); 0: its GPU share
+    guard_slo: bool = False  # place it only where no co-runner's SLO breaks (the QoS filter, `slo_filter`)
 
     @property
     def is_share(self) -> bool:
-        """A fraction of one GPU: the only case that may share a device with other pods."""
-        return self.num_gpu == 1 and 0 < self.gpu_milli < MILLI
+        """A fraction of each of its GPUs (one, or several distinct ones): the only case that may share a device
+        with other pods (a MIG request's `gpu_milli`, where given, is only the share it stands for)."""
+        return self.num_gpu > 0 and 0 < self.gpu_milli < MILLI and not self.mig_profile
 
     @property
     def is_mig(self) -> bool:
@@ -127,13 +132,15 @@ class Request:
 
 @dataclass(frozen=True, slots=True)
 class MigSlot:
-    """A MIG instance of a live node's GPU (the layout is the node config's; fgpu does not repartition)."""
+    """A MIG instance of a node's GPU: fixed by the node config, or re-laid by the dynamic-MIG planner
+    (`mig_plan`) on a GPU marked `mig_dynamic`. `start` is its first memory slice (-1: not reported)."""
 
     uuid: str
     profile: str
     mem_mib: int = 0
     sms: int = 0
     healthy: bool = True
+    start: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +154,7 @@ class GpuInfo:
     sharing: str = "fractional"  # fractional | exclusive | timeSlicing | mps
     healthy: bool = True
     mig: tuple[MigSlot, ...] = ()
+    mig_dynamic: bool = False  # in MIG mode, its idle instances may be re-laid on demand (mig_plan)
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,7 +237,7 @@ class Cluster:
             for j, g in enumerate(gpus):
                 self.gpu_model_idx[i, j] = index[g.model]
                 self.gpu_mem_cap[i, j] = g.mem_mib or per_model_mem[g.model]
-                self.gpu_mode[i, j] = "mig" if g.mig else g.sharing
+                self.gpu_mode[i, j] = "mig" if g.mig or g.mig_dynamic else g.sharing
                 self.gpu_healthy[i, j] = g.healthy
         self.uuid_index = {u: (i, j) for i, uuids in enumerate(self.gpu_uuid) for j, u in enumerate(uuids)}
         self.affinity = np.zeros((n, MAX_TAGS), dtype=np.int32)
@@ -243,6 +251,8 @@ class Cluster:
         self.unschedulable = np.array([node.unschedulable for node in self.nodes], dtype=bool)
         self.tainted = np.array([bool(node.taints) for node in self.nodes], dtype=bool)
         self.mig_profiles = sorted({m.profile for node in self.nodes for g in node.gpus for m in g.mig})
+        self._model_allowed: dict[tuple, np.ndarray] = {}  # (trace models, filters) -> allowed per model
+        self.mig_dynamic_any = np.array([any(g.mig_dynamic for g in node.gpus) for node in self.nodes], dtype=bool)
         self.reset()
 
     def reset(self) -> None:
@@ -260,6 +270,7 @@ class Cluster:
         self.mig_slots = {m.uuid: (i, m.profile, m.healthy) for i, node in enumerate(self.nodes)
                           for g in node.gpus for m in g.mig}
         self.mig_taken: dict[str, str] = {}  # instance uuid -> request name
+        self.mig_gpu = {m.uuid: j for node in self.nodes for j, g in enumerate(node.gpus) for m in g.mig}
         self.mig_free = {p: np.zeros(self.size, dtype=np.int64) for p in self.mig_profiles}
         for node, profile, healthy in self.mig_slots.values():
             if healthy:
@@ -273,6 +284,9 @@ class Cluster:
         self.gpu_excl_pods = np.zeros(self.gpu_left.shape, dtype=np.int32)
         self.exclusion_ids: dict[str, int] = {}
         self.group_gpus: dict[str, dict[tuple[int, int], int]] = {}  # "a:grp" / "n:grp" -> {(node, gpu): pods}
+        #: Shares on each GPU (node, gpu) -> {request name: request}: the co-runners the QoS filter prices.
+        self.gpu_tenants: dict[tuple[int, int], dict[str, Request]] = {}
+        self.plugin_state: dict[str, object] = {}  # caches of filter plug-ins, stamped with node versions
         self.version += 1
 
     def refresh_gpu_masks(self) -> None:
@@ -290,10 +304,19 @@ class Cluster:
     def total_gpus(self) -> int:
         return int(self.gpu_count.sum())
 
-    def gpu_model_mask(self, gpu_models: Sequence[str], exclude: Sequence[str] = ()) -> np.ndarray:
-        """(N, G): GPUs whose own model is allowed (mixed-model nodes are judged GPU by GPU)."""
-        allowed = np.array([(not gpu_models or m in gpu_models) and m != "" and m not in exclude
-                            for m in self.models] + [False])
+    def model_mask(self, request: Request) -> np.ndarray | None:
+        """(N, G): GPUs whose own model the request allows (a trace's model list, a live pod's model filters;
+        mixed-model nodes are judged GPU by GPU); None when it allows every model."""
+        c = request.constraints
+        filters = c.model_filters if c is not None else ()
+        if not request.gpu_models and not filters:
+            return None
+        key = (request.gpu_models, filters)
+        allowed = self._model_allowed.get(key)
+        if allowed is None:
+            allowed = np.array([m != "" and (not request.gpu_models or m in request.gpu_models)
+                                and admits_all(filters, m) for m in self.models] + [False])
+            self._model_allowed[key] = allowed
         return allowed[self.gpu_model_idx]  # index -1 (no GPU) reads the trailing False
 
     def gpu_memory_need(self, request: Request, rows=slice(None)) -> np.ndarray | int:
@@ -328,6 +351,13 @@ class Cluster:
                 self.gpu_left[node, g] += sign * request.gpu_milli
                 self.gpu_mem_left[node, g] += sign * int(self.gpu_memory_need(request, (node, g)))
             self.gpu_left_total[node] += sign * request.gpu_milli * len(gpus)
+            if request.is_share:
+                for g in gpus:
+                    tenants = self.gpu_tenants.setdefault((node, g), {})
+                    if sign < 0:
+                        tenants[request.name] = request
+                    else:
+                        tenants.pop(request.name, None)
             self.affinity[node, request.affinity_tag] -= sign
         for uuid in mig:
             _, profile, healthy = self.mig_slots[uuid]
@@ -362,6 +392,34 @@ class Cluster:
                     held[(node, g)] = held.get((node, g), 0) + delta
                     if held[(node, g)] <= 0:
                         del held[(node, g)]
+
+    def set_mig_layout(self, node: int, gpu: int, slots: Sequence[MigSlot]) -> None:
+        """Replace the MIG instances of one GPU (a re-layout). An instance that a placement holds must be
+        kept as it is: taking it away would lose an allocation, so that is refused, not done."""
+        spec = self.nodes[node]
+        old = spec.gpus[gpu]
+        kept = {m.uuid for m in slots}
+        for m in old.mig:
+            if m.uuid in self.mig_taken and (m.uuid not in kept or m not in slots):
+                raise PlacementInputError(f"MIG instance {m.uuid} is held by {self.mig_taken[m.uuid]}",
+                                          field="layout", allowed=["a layout that keeps every held instance"])
+        for m in old.mig:
+            del self.mig_slots[m.uuid]
+            del self.mig_gpu[m.uuid]
+            if m.healthy and m.uuid not in self.mig_taken:
+                self.mig_free[m.profile][node] -= 1
+        for m in slots:
+            self.mig_slots[m.uuid] = (node, m.profile, m.healthy)
+            self.mig_gpu[m.uuid] = gpu
+            if m.profile not in self.mig_free:
+                self.mig_free[m.profile] = np.zeros(self.size, dtype=np.int64)
+                self.mig_profiles = sorted(self.mig_free)
+            if m.healthy and m.uuid not in self.mig_taken:
+                self.mig_free[m.profile][node] += 1
+        gpus = list(spec.gpus)
+        gpus[gpu] = replace(old, mig=tuple(slots))
+        self.nodes[node] = replace(spec, gpus=tuple(gpus))
+        self.version[node] += 1
 
     def update_node_facts(self, node: int, spec: NodeSpec) -> None:
         """A node's labels, taints or cordon changed (nothing the arrays count): take the new spec in place."""

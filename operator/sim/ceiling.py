@@ -164,11 +164,22 @@ def _one(args: tuple[Sequence[NodeSpec], Trace, int, float]) -> tuple[Ceiling, f
     return ceiling(arrived, total), online_bound(arrived, nodes).alloc_pct
 
 
+def check_bounded(traces: Sequence[Trace]) -> None:
+    """The packings model each share on one GPU: a trace with a share on several GPUs is refused."""
+    for trace in traces:
+        several = sum(1 for r in trace.requests if r.is_share and r.num_gpu > 1)
+        if several:
+            raise PlacementInputError(f"trace {trace.name}: {several} pod(s) ask for a share on several GPUs, and "
+                                      "the ceiling's packings model each share on one GPU", field="--ceiling",
+                                      allowed=["traces whose shares are on one GPU each, as openb's"])
+
+
 def summarise_ceilings(nodes: Sequence[NodeSpec], traces: Sequence[Trace], seeds: Sequence[int], tune: float,
                        workers: int = 1, on_done: Callable[[str], None] | None = None) -> list[CeilingSummary]:
     """Per trace: mean ceilings over `seeds` (each seed: two exact packings, a few seconds, and the
     non-refusing program, tens of seconds to minutes); `on_done` is
     called after each packing with what it was ("default seed 42")."""
+    check_bounded(traces)
     jobs = [(list(nodes), trace, seed, tune) for trace in traces for seed in seeds]
     if workers > 1 and len(jobs) > 1:
         from concurrent.futures import ProcessPoolExecutor

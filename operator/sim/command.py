@@ -10,6 +10,7 @@ from fgpu_operator.placement.errors import PlacementInputError
 from fgpu_operator.placement.policies import DEFAULT_POLICY, POLICY_NAMES
 
 from fgpu_contracts.cli import check_writable, number
+from fgpu_contracts.extras import need
 
 DEFAULT_SEEDS = "42-51"
 DEFAULT_TUNE = 1.3
@@ -110,6 +111,15 @@ def register(subparsers) -> None:
                    help="timeline mode: compress arrival gaps so the offered load is L x cluster GPU capacity, "
                         "e.g. 0.4 (default: the trace's own times, which offer the bundled trace only 0.59%%; "
                         "see docs/timeline.md)")
+    p.add_argument("--protected-share", type=number(float, lo=0, hi=1), default=None, metavar="S",
+                   help="timeline mode: protect S of the sharing pods (high priority, bound --slo) and report "
+                        "SLO attainment beside allocation; policies also fgpu+qos[@margin] and naive "
+                        "(docs/qos.md)")
+    p.add_argument("--slo", type=number(float, lo=1, hi=100, lo_open=True), default=1.2, metavar="B",
+                   help="with --protected-share: the protected pods' slowdown bound (default 1.2)")
+    from .timeline_command import register_cluster_options
+
+    register_cluster_options(p)
     p.add_argument("--ceiling", action="store_true",
                    help="replay mode: also bound what a scheduler could allocate at 100%% arrival, per class: "
                         "places every sharing pod / never refuses a pod that fits / any (integer programs per "
@@ -118,12 +128,20 @@ def register(subparsers) -> None:
     p.add_argument("--plot", metavar="FILE.png", help="write allocation/fragmentation curves to FILE.png")
     p.add_argument("--workers", type=number(int, lo=1, hi=1024), default=os.cpu_count() or 1, metavar="N",
                    help="processes to use (default: all CPUs)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, extra="plan")
 
 
 def run(args: argparse.Namespace) -> int:
     """Every option is checked here, before any file is read or any replay runs."""
-    policies = parse_policies(args.policy)
+    if args.protected_share is not None:
+        if args.mode != "timeline":
+            raise PlacementInputError(f"applies only to --mode timeline (got --mode {args.mode})",
+                                      field="--protected-share")
+        from .qos_timeline import parse_qos_policies
+
+        policies = parse_qos_policies(args.policy)
+    else:
+        policies = parse_policies(args.policy)
     seeds = [args.seed] if args.seed is not None else parse_seeds(args.seeds or DEFAULT_SEEDS)
     if args.plot:
         if not args.plot.lower().endswith(".png"):
@@ -131,6 +149,10 @@ def run(args: argparse.Namespace) -> int:
         check_writable(args.plot, "--plot")
     if args.load is not None and args.mode != "timeline":
         raise PlacementInputError(f"applies only to --mode timeline (got --mode {args.mode})", field="--load")
+    if args.mode != "timeline":
+        from .timeline_command import check_timeline_only
+
+        check_timeline_only(args)
     if args.ceiling and args.mode != "replay":
         raise PlacementInputError(f"applies only to --mode replay (got --mode {args.mode})", field="--ceiling")
     if args.mode == "timeline":
@@ -140,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
         if args.seeds is not None:
             raise PlacementInputError(f"timeline mode runs one seed (got --seeds {args.seeds})", field="--seeds",
                                       allowed=["--seed N"])
+    need(*(["matplotlib"] if args.plot else []), *(["scipy"] if args.ceiling else []))
     pods = args.pods or [None]
     labels = trace_labels(pods)
     if args.mode == "timeline":
@@ -159,6 +182,10 @@ def _run_replay(args, policies: list[str], seeds: list[int], pods: list[str | No
     tune = DEFAULT_TUNE if args.tune is None else args.tune
     nodes = load_nodes(args.nodes)  # validate inputs up front: one clear error before any work starts
     traces = [replace(load_pods(path), name=label) for path, label in zip(pods, labels, strict=True)]
+    if args.ceiling:
+        from .ceiling import check_bounded
+
+        check_bounded(traces)
     jobs = jobs_for(args.nodes, pods, policies, seeds, tune, labels)
     results = _with_progress(jobs, args.workers, run_jobs)
     summaries = summarise(results)

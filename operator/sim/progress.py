@@ -1,10 +1,11 @@
 """Progress of `fgpu simulate` on stderr (stdout stays the table or JSON a script reads): a live bar on a
-terminal; elsewhere (CI logs, `2> file`) plain lines, one when work starts, then at most one every
+terminal (with rich installed); elsewhere (CI logs, `2> file`) plain lines, one when work starts, then at most one every
 PLAIN_EVERY_S seconds, and one when it ends, so a log shows that minutes of work are moving."""
 from __future__ import annotations
 
 import sys
 import time
+from importlib.util import find_spec
 
 PLAIN_EVERY_S = 10.0
 
@@ -18,7 +19,7 @@ class Progress:
         self._start = self._last = time.monotonic()
 
     def __enter__(self) -> Progress:
-        if self.stream.isatty():
+        if self.stream.isatty() and find_spec("rich") is not None:  # rich: the 'plan' extra
             from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
             from rich.progress import Progress as Bar
 

@@ -11,7 +11,7 @@ policy sees the same arrival sequence for a given seed.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from fgpu_operator.placement.fragmentation import FragMeter, TargetWorkload
@@ -49,8 +49,7 @@ def tune_workload(requests: list[Request], total_gpu_milli: int, ratio: float,
 
 
 def _clone(request: Request, name: str) -> Request:
-    return Request(name, request.cpu_milli, request.memory_mib, request.num_gpu, request.gpu_milli,
-                   request.gpu_models, request.gpu_mem_mib, request.sm_pct, request.priority, request.qos)
+    return replace(request, name=name)  # every field, QoS included (a protected pod's copy is protected)
 
 
 @dataclass
@@ -90,10 +89,14 @@ class ReplayResult:
 
 def replay(nodes: list[NodeSpec], trace: Trace, policy_name: str, seed: int, tune: float = 1.3,
            workload: TargetWorkload | None = None, keep_failures: int = 0,
-           admission: Admission | None = None) -> ReplayResult:
-    """One (trace, policy, seed) replay of the FGD protocol (`admission`: see `Framework`)."""
+           admission: Admission | None = None, watch=None) -> ReplayResult:
+    """One (trace, policy, seed) replay of the FGD protocol (`admission`: see `Framework`). `watch`
+    (`attach(cluster)`, `join(placement, step)`, `leave(placement, step)`, `checkpoint(step, arrived, used)`)
+    follows every share, pod arrivals counting as time (the QoS simulation, `qos_timeline.replay_qos`)."""
     started = time.perf_counter()
     cluster = Cluster(list(nodes))
+    if watch is not None:
+        watch.attach(cluster)
     workload = workload or TargetWorkload.from_requests(trace.requests)
     rng = np.random.default_rng(seed)
     requests = tune_workload(trace.requests, cluster.total_gpus * MILLI, tune, rng)
@@ -119,6 +122,10 @@ def replay(nodes: list[NodeSpec], trace: Trace, policy_name: str, seed: int, tun
             new = float(meter.node_amounts(cluster, np.array([node]))[0])
             frag_total += new - node_frag[node]
             node_frag[node] = new
+            if watch is not None and request.is_share:
+                watch.join(outcome, i)
         arrived[i], used[i], frag[i] = arrived_now, used_now, frag_total
+        if watch is not None:
+            watch.checkpoint(i + 1, arrived_now, used_now)
     return ReplayResult(trace.name, policy_name, seed, cluster.total_gpus, arrived, used, frag, n, failed,
                         failed_milli, time.perf_counter() - started, failures)

@@ -22,8 +22,10 @@ per 2.1 ms slice (the H100 time-slicing measurements in docs/sources.md).
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
+from collections import Counter
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -31,15 +33,21 @@ from fgpu_operator.placement.errors import PlacementInputError
 from fgpu_operator.placement.filters import filter_nodes, fits_node
 from fgpu_operator.placement.fragmentation import TargetWorkload
 from fgpu_operator.placement.framework import Framework, Unschedulable
+from fgpu_operator.placement.mig_plan import Relayout, apply_relayout, is_relayout_candidate, plan_relayout
 from fgpu_operator.placement.model import MILLI, Cluster, NodeSpec, Placement
 from fgpu_operator.placement.policies import make_policy
+from fgpu_operator.placement.preemption import Candidate, Running, plan_preemption
 
-from .trace import QOS_CLASSES, Trace
+from .mig_nodes import asked_milli, held_milli
+from .trace import QOS_CLASSES, PodRecord, Trace
 
 SLICE_S, SWITCH_S = 2.1e-3, 0.15e-3
 TIME_POINTS = 20
 BUSY_PERCENTILES = (1.0, 99.0)
 MAX_LOG10_SPEEDUP = 12  # arrival gaps are divided (or multiplied) by at most 1e12
+#: Seconds a MIG re-layout takes before the new instance can run (an assumption: destroying and creating GPU
+#: and compute instances with nvidia-smi takes seconds, no GPU reset; docs/mig_modes.md).
+DEFAULT_RECONFIG_S = 10.0
 
 
 def fallback_slowdown(k: int) -> float:
@@ -51,7 +59,7 @@ def make_interference():
     try:
         import simgpu.perf  # noqa: F401
 
-        from .interference import InterferenceModel
+        from ..placement.interference import InterferenceModel
     except ImportError:
         return None
     return InterferenceModel()
@@ -74,7 +82,7 @@ def _arrays(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     created = np.array([float(p.creation_time) for p in trace.pods])
     life = np.array([np.inf if p.deletion_time is None else max(0.0, float(p.deletion_time) - float(p.creation_time))
                      for p in trace.pods])
-    gpu = np.array([p.request.total_gpu_milli for p in trace.pods], dtype=float)
+    gpu = np.array([asked_milli(p.request) for p in trace.pods], dtype=float)
     return created, life, gpu
 
 
@@ -194,6 +202,10 @@ class TimelineResult:
     waiting_at_end: int = 0
     unplaceable: int = 0
     delays: list[float] = field(default_factory=list)
+    served: np.ndarray = field(default_factory=lambda: np.zeros(0))  # GPU milli the running pods asked for
+    preempted: int = 0
+    reconfigurations: int = 0  # GPU re-layouts (dynamic MIG)
+    pending_by_priority: dict[int, list[float]] = field(default_factory=dict)  # arrival (or eviction) to start
     slowdown_by_qos: dict[str, list[float]] = field(default_factory=dict)
     model_source: str = "solo"
 
@@ -225,6 +237,14 @@ class TimelineResult:
     def requested_stats(self) -> dict[str, float]:
         return self._pct(self.requested, *self.busy)
 
+    def served_stats(self) -> dict[str, float]:
+        """What the running pods asked for (not what their MIG instances hold), in % of GPU capacity."""
+        return self._pct(self.served, *self.busy) if self.served.size else self._pct(self.used, *self.busy)
+
+    def reconfigurations_per_hour(self) -> float:
+        hours = (self.busy[1] - self.busy[0]) / 3600
+        return self.reconfigurations / hours if hours > 0 else 0.0
+
     def alloc_over_time(self, points: int = TIME_POINTS) -> dict[int, float]:
         """Time-weighted mean allocation (%) in `points` equal spans of the busy period, keyed by span start (s)."""
         lo, hi = self.busy
@@ -248,6 +268,10 @@ class TimelineResult:
                               "p95": delay(lambda x: np.percentile(x, 95)), "max": delay(np.max)},
             "slowdown_by_qos": {q: _stats(v) for q, v in self.slowdown_by_qos.items()},
             "slowdown_model": self.model_source,
+            "served_pct": {k: round(v, 2) for k, v in self.served_stats().items()},
+            "pods_preempted": self.preempted, "mig_reconfigurations": self.reconfigurations,
+            "mig_reconfigurations_per_hour": round(self.reconfigurations_per_hour(), 2),
+            "pending_s_by_priority": {str(p): _pending(v) for p, v in sorted(self.pending_by_priority.items())},
         }
 
 
@@ -256,6 +280,11 @@ def _stats(values: list[float]) -> dict:
         return {"pods": 0, "mean": 1.0, "p95": 1.0}
     v = np.array(values)
     return {"pods": int(v.size), "mean": round(float(v.mean()), 3), "p95": round(float(np.percentile(v, 95)), 3)}
+
+
+def _pending(values: list[float]) -> dict:
+    v = np.array(values) if values else np.zeros(1)
+    return {"pods": len(values), "mean": round(float(v.mean()), 1), "p95": round(float(np.percentile(v, 95)), 1)}
 
 
 class _Sharing:
@@ -285,44 +314,101 @@ class _Sharing:
         self.since[gpu] = now
 
     def join(self, p: Placement, now: float) -> None:
-        gpu = (p.node, p.gpus[0])
-        self._flush(gpu, now)
-        self.residents.setdefault(gpu, set()).add(p.request.name)
+        for g in p.gpus:
+            gpu = (p.node, g)
+            self._flush(gpu, now)
+            self.residents.setdefault(gpu, set()).add(p.request.name)
         gpu_milli = p.request.gpu_milli
         self.duty[p.request.name] = self.model.workload.duty_of(gpu_milli) if self.model else gpu_milli / MILLI
         self.acc.setdefault(p.request.name, [0.0, 0.0])
 
     def leave(self, p: Placement, now: float) -> float:
-        gpu = (p.node, p.gpus[0])
-        self._flush(gpu, now)
-        self.residents[gpu].discard(p.request.name)
+        """The pod's time-weighted slowdown; a share on several GPUs: weighted over its GPUs too."""
+        for g in p.gpus:
+            gpu = (p.node, g)
+            self._flush(gpu, now)
+            self.residents[gpu].discard(p.request.name)
         self.duty.pop(p.request.name, None)
         total, span = self.acc.pop(p.request.name)
         return total / span if span > 0 else 1.0
 
 
 def unplaceable_pods(cluster: Cluster, trace: Trace) -> list[bool]:
-    """Per pod: True when it fits no node of `cluster` even empty (checked once per request shape)."""
+    """Per pod: True when it fits no node of `cluster` even empty (checked once per request shape); a MIG
+    pod fits where a dynamic-MIG GPU could be laid out for it."""
     fresh = Cluster(list(cluster.nodes))
     fits: dict[tuple, bool] = {}
     out = []
     for p in trace.pods:
         r = p.request
-        key = (r.cpu_milli, r.memory_mib, r.num_gpu, r.gpu_milli, r.gpu_mem_mib, r.gpu_models)
+        key = (r.cpu_milli, r.memory_mib, r.num_gpu, r.gpu_milli, r.gpu_mem_mib, r.gpu_models, r.mig_profile)
         if key not in fits:
-            fits[key] = bool(filter_nodes(fresh, r).any())
+            fits[key] = bool(filter_nodes(fresh, r).any()) or (
+                is_relayout_candidate(fresh, r) and isinstance(plan_relayout(fresh, r), Relayout))
         out.append(not fits[key])
     return out
 
 
+def _shape(pod: PodRecord, priority: int) -> tuple:
+    """What decides whether a waiting pod starts: two pods of one shape start or fail alike."""
+    r = pod.request
+    return (r.cpu_milli, r.memory_mib, r.num_gpu, r.gpu_milli, r.gpu_mem_mib, r.gpu_mem_pct, r.sm_pct, r.gpu_models,
+            r.mig_profile, r.constraints, r.priority, r.slo, r.duty, r.guard_slo, priority, pod.preemption_policy)
+
+
+@dataclass
+class _Run:
+    """One timeline's moving parts: who runs where since when, who waits, what each GPU change holds."""
+
+    running: dict[int, Placement] = field(default_factory=dict)
+    started: dict[int, float] = field(default_factory=dict)
+    ready: dict[int, float] = field(default_factory=dict)  # when a waiting pod (re)joined the queue
+    epoch: dict[int, int] = field(default_factory=dict)  # bumped on eviction: its old departure is void
+    changing_until: dict[tuple[int, int], float] = field(default_factory=dict)  # (node, gpu) -> end of change
+    on_node: dict[int, set[int]] = field(default_factory=dict)  # node -> running pods
+    by_priority: Counter = field(default_factory=Counter)  # priority -> running pods
+    memo: dict = field(default_factory=dict)  # the re-layout planner's per-node answers
+
+    def add(self, i: int, placement: Placement, priority: int, since: float) -> None:
+        self.running[i] = placement
+        self.started[i] = since
+        self.on_node.setdefault(placement.node, set()).add(i)
+        self.by_priority[priority] += 1
+
+    def remove(self, i: int, priority: int) -> Placement:
+        placement = self.running.pop(i)
+        self.on_node[placement.node].discard(i)
+        self.by_priority[priority] -= 1
+        if not self.by_priority[priority]:
+            del self.by_priority[priority]
+        return placement
+
+    def lowest_priority(self) -> int | None:
+        return min(self.by_priority) if self.by_priority else None
+
+    def frozen(self, now: float) -> frozenset[tuple[int, int]]:
+        for k in [k for k, t in self.changing_until.items() if t <= now]:
+            del self.changing_until[k]
+        return frozenset(self.changing_until)
+
+
 def run_timeline(nodes: list[NodeSpec], trace: Trace, policy_name: str, seed: int = 42,
-                 load: float | None = None) -> TimelineResult:
-    """Replay `trace` through one policy; with `load`, first compress its arrivals to that offered load."""
+                 load: float | None = None, watch=None, *, preemption: bool = False,
+                 reconfig_s: float = DEFAULT_RECONFIG_S) -> TimelineResult:
+    """Replay `trace` through one policy; with `load`, first compress its arrivals to that offered load.
+    `watch` (optional: `attach(cluster)`, `join(placement, now)`, `leave(placement, now)`) follows every
+    share's stay, as the QoS simulation (`qos_timeline`) does.
+
+    With dynamic-MIG nodes a MIG pod that fits no instance gets a re-layout (`mig_plan`), and runs
+    `reconfig_s` later; with `preemption`, a pod that still fits nowhere evicts lower-priority pods
+    (`preemption`), which go back to the queue and start over."""
     cluster = Cluster(list(nodes))
+    if watch is not None:
+        watch.attach(cluster)
     capacity = cluster.total_gpus * MILLI
     speedup = arrival_speedup(trace, capacity, load) if load is not None else 1.0
     trace = compress(trace, speedup)
-    created, life, _ = _arrays(trace)
+    created, life, asked = _arrays(trace)
     rng = np.random.default_rng(seed)
     framework = Framework(cluster, make_policy(policy_name, TargetWorkload.from_requests(trace.requests)), rng)
     sharing = _Sharing(cluster)
@@ -331,68 +417,141 @@ def run_timeline(nodes: list[NodeSpec], trace: Trace, policy_name: str, seed: in
                             offered=offered_load(trace, capacity),
                             slowdown_by_qos={q: [] for q in QOS_CLASSES})
     unplaceable = unplaceable_pods(cluster, trace)
-    events: list[tuple[float, int, int]] = []  # (time, 0 = departure / 1 = arrival, pod index)
+    priority = [p.priority for p in trace.pods]
+    ordered = len(set(priority)) > 1  # the queue is retried highest priority first (kube's PrioritySort)
+    events: list[tuple[float, int, int, int]] = []  # (time, 0 = departure / 1 = arrival, pod, epoch)
     for i in range(len(trace.pods)):
-        heapq.heappush(events, (float(created[i]), 1, i))
-    queue: list[int] = []  # waiting pods, in arrival order
-    running: dict[int, Placement] = {}
-    times, used, requested = [], [], []
-    used_now = requested_now = 0
+        heapq.heappush(events, (float(created[i]), 1, i, 0))
+    queue: list[int] = []  # waiting pods, in arrival (or priority, then arrival) order
+    run = _Run()
+    times, used, requested, served = [], [], [], []
+    now_used = {"held": 0, "asked": 0, "requested": 0}
+    dynamic = bool(cluster.mig_dynamic_any.any())
 
-    def start(i: int, now: float) -> bool:
-        nonlocal used_now
+    def enqueue(i: int) -> None:
+        if ordered:
+            bisect.insort(queue, i, key=lambda j: (-priority[j], run.ready[j], j))
+        else:
+            queue.append(i)
+
+    def evict(v: Running, now: float) -> None:
+        j = int(v.key)
+        placement = run.remove(j, priority[j])
+        framework.release(placement)
+        now_used["held"] -= held_milli(cluster, placement)
+        now_used["asked"] -= int(asked[j])
+        if placement.request.is_share:
+            result.slowdown_by_qos.setdefault(placement.request.qos or "unknown", []).append(
+                sharing.leave(placement, now))
+            if watch is not None:
+                watch.leave(placement, now)
+        run.epoch[j] = run.epoch.get(j, 0) + 1
+        run.ready[j] = now
+        result.preempted += 1
+        enqueue(j)
+
+    def place(i: int, now: float, node: int | None) -> tuple[Placement, float] | None:
+        """Where pod i starts and after what delay: a free fit, else a re-layout, else a preemption."""
         request = trace.pods[i].request
-        outcome = framework.schedule(request, explained=False)
-        if isinstance(outcome, Unschedulable):
+        if node is None or fits_node(cluster, request, node):
+            outcome = framework.schedule(request, explained=False)
+            if not isinstance(outcome, Unschedulable):
+                return outcome, 0.0
+        only = None if node is None else [node]
+        if dynamic and is_relayout_candidate(cluster, request):
+            plan = plan_relayout(cluster, request, node_rank=framework.node_rank, frozen=run.frozen(now), nodes=only,
+                                 memo=run.memo)
+            if isinstance(plan, Relayout):
+                apply_relayout(cluster, plan)
+                for change in plan.changes:
+                    run.changing_until[(change.node, change.gpu)] = now + reconfig_s
+                result.reconfigurations += len(plan.changes)
+                return cluster.reserve(request, plan.node, (), plan.instances), reconfig_s
+        lowest = run.lowest_priority()
+        if preemption and lowest is not None and priority[i] > lowest:
+            pods = run.running if node is None else run.on_node.get(node, ())
+            victims_of = [Running(str(j), run.running[j], priority[j], run.started[j]) for j in pods]
+            cand = plan_preemption(cluster, request, priority[i], victims_of, node_rank=framework.node_rank,
+                                   policy=trace.pods[i].preemption_policy or "PreemptLowerPriority", nodes=only)
+            if isinstance(cand, Candidate):
+                for v in cand.victims:
+                    evict(v, now)
+                gpus = cand.gpus or (framework.choose_gpus(request, cand.node) if request.wants_gpu else ())
+                return cluster.reserve(request, cand.node, gpus, cand.mig), 0.0
+        return None
+
+    def start(i: int, now: float, node: int | None = None) -> bool:
+        found = place(i, now, node)
+        if found is None:
             return False
-        running[i] = outcome
-        used_now += request.total_gpu_milli
+        outcome, delay = found
+        request = trace.pods[i].request
+        run.add(i, outcome, priority[i], now + delay)
+        now_used["held"] += held_milli(cluster, outcome)
+        now_used["asked"] += int(asked[i])
         result.placed += 1
+        result.pending_by_priority.setdefault(priority[i], []).append(now + delay - run.ready[i])
         if request.is_share:
             sharing.join(outcome, now)
+            if watch is not None:
+                watch.join(outcome, now)
         if math.isfinite(life[i]):
-            heapq.heappush(events, (now + float(life[i]), 0, i))
+            heapq.heappush(events, (now + delay + float(life[i]), 0, i, run.epoch.get(i, 0)))
         return True
 
     while events:
-        now, kind, i = heapq.heappop(events)
+        now, kind, i, epoch = heapq.heappop(events)
         request = trace.pods[i].request
         if kind == 1:
-            requested_now += request.total_gpu_milli
+            now_used["requested"] += int(asked[i])
+            run.ready[i] = now
             if unplaceable[i]:
                 result.unplaceable += 1
             elif not start(i, now):
-                queue.append(i)
+                enqueue(i)
                 result.waited += 1
-        else:
-            placement = running.pop(i)
+        elif epoch == run.epoch.get(i, 0):  # not a departure voided by an eviction
+            placement = run.remove(i, priority[i])
             framework.release(placement)
-            used_now -= request.total_gpu_milli
-            requested_now -= request.total_gpu_milli
+            now_used["held"] -= held_milli(cluster, placement)
+            now_used["asked"] -= int(asked[i])
+            now_used["requested"] -= int(asked[i])
             if request.is_share:
                 result.slowdown_by_qos.setdefault(request.qos or "unknown", []).append(sharing.leave(placement, now))
-            still = []
-            for j in queue:
-                if fits_node(cluster, trace.pods[j].request, placement.node) and start(j, now):
-                    result.delays.append(now - float(created[j]))
+                if watch is not None:
+                    watch.leave(placement, now)
+            failed: set[tuple] = set()  # shapes that did not start since the last start: they cannot now
+            for j in list(queue):
+                shape = _shape(trace.pods[j], priority[j])
+                if j not in queue or shape in failed:
+                    continue
+                if start(j, now, placement.node):
+                    queue.remove(j)
+                    result.delays.append(now - float(run.ready[j]))
+                    failed.clear()  # the cluster changed (and evictions may have freed room)
                 else:
-                    still.append(j)
-            queue = still
+                    failed.add(shape)
+        else:
+            continue
         if times and times[-1] == now:
-            used[-1], requested[-1] = used_now, requested_now
+            used[-1], requested[-1], served[-1] = now_used["held"], now_used["requested"], now_used["asked"]
         else:
             times.append(now)
-            used.append(used_now)
-            requested.append(requested_now)
+            used.append(now_used["held"])
+            requested.append(now_used["requested"])
+            served.append(now_used["asked"])
     end = times[-1] if times else 0.0
-    for i, placement in running.items():  # pods without a deletion time run to the end of the trace
+    for i, placement in run.running.items():  # pods without a deletion time run to the end of the trace
         if trace.pods[i].request.is_share:
             qos = trace.pods[i].request.qos or "unknown"
             result.slowdown_by_qos.setdefault(qos, []).append(sharing.leave(placement, end))
+            if watch is not None:
+                watch.leave(placement, end)
     result.waiting_at_end = len(queue) + result.unplaceable
     result.times = np.array(times)
     result.used = np.array(used, dtype=np.int64)
     result.requested = np.array(requested, dtype=np.int64)
+    result.served = np.array(served, dtype=np.int64)
     result.model_source = sharing.source
     return result
 

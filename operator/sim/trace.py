@@ -1,7 +1,9 @@
 """Loading and validating trace CSVs (Alibaba openb format) into the placement core's model.
 
-Node lists: `sn,cpu_milli,memory_mib,gpu,model`. Pod lists: `name,cpu_milli,memory_mib,num_gpu,gpu_milli`
-and optionally `gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time` (see data/openb/NOTICE).
+Node lists: `sn,cpu_milli,memory_mib,gpu,model`, optionally `mig,mig_layout` (MIG nodes, `mig_nodes`); a model
+is one of the trace's or any of simgpu's catalog (H100, A100-80GB, L4, ...). Pod lists:
+`name,cpu_milli,memory_mib,num_gpu,gpu_milli` and optionally `gpu_spec,qos,pod_phase,creation_time,
+deletion_time,scheduled_time` (see data/openb/NOTICE) and `mig_profile,priority,preemption_policy`.
 Every problem is one `PlacementInputError` line naming the file, the column and the offending rows.
 """
 from __future__ import annotations
@@ -15,7 +17,10 @@ from pathlib import Path
 
 from fgpu_operator.placement.errors import PlacementInputError
 from fgpu_operator.placement.gpus import TRACE_GPU_MEMORY_MIB as GPU_MEMORY_MIB
+from fgpu_operator.placement.gpus import canonical_model, known_model
 from fgpu_operator.placement.model import MILLI, NodeSpec, Request
+
+from .mig_nodes import MIG_MODES, PREEMPTION_POLICIES, check_pod_profile, mig_gpus
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
@@ -25,7 +30,7 @@ _SHOWN = 5  # rows named in an error message before "..."
 #: Largest value each integer column may hold: far above any real node or pod (openb's largest: 128 cores,
 #: 1 TiB, 8 GPUs), low enough that sums and per-GPU arrays stay exact and small.
 COLUMN_MAX = {"cpu_milli": 10**7, "memory_mib": 2**30, "gpu": 64, "num_gpu": 64, "gpu_milli": 10**6,
-              "creation_time": 10**12, "deletion_time": 10**12}
+              "priority": 10**9, "creation_time": 10**12, "deletion_time": 10**12}
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,10 @@ class PodRecord:
     request: Request
     creation_time: float | None = None
     deletion_time: float | None = None
+    preemption_policy: str = ""  # "" = PreemptLowerPriority (kube-scheduler's default)
+    #: The pod's PriorityClass value (what preemption and the queue's order read). Not Request.priority,
+    #: which is fgpu's runtime class among the shares of one GPU (0 high, 1 low).
+    priority: int = 0
 
 
 @dataclass(frozen=True)
@@ -152,13 +161,35 @@ def load_nodes(path: str | Path | None = None) -> list[NodeSpec]:
         raise PlacementInputError(f"{path} has no GPUs (column gpu is 0 on every row)", field="--nodes",
                                   allowed=["a node list with at least one GPU"])
     unknown = [i for i, (row, g) in enumerate(zip(rows, gpus, strict=True), start=2)
-               if g > 0 and row["model"].strip() not in GPU_MEMORY_MIB]
+               if g > 0 and not known_model(row["model"].strip())]
     if unknown:
         names = sorted({rows[i - 2]["model"].strip() or "<empty>" for i in unknown})
         raise PlacementInputError(f"{path}: unknown GPU model {', '.join(names)} in {_rows_named(unknown)}",
-                                  field="--nodes", allowed=sorted(GPU_MEMORY_MIB))
-    return [NodeSpec(row["sn"], c, m, g, row["model"].strip() if g > 0 else "")
-            for row, c, m, g in zip(rows, cpu, mem, gpus, strict=True)]
+                                  field="--nodes", allowed=known_models())
+    out = []
+    for i, (row, c, m, g) in enumerate(zip(rows, cpu, mem, gpus, strict=True), start=2):
+        model = canonical_model(row["model"].strip()) if g > 0 else ""
+        mode = (row.get("mig") or "").strip()
+        if mode not in MIG_MODES:
+            raise PlacementInputError(f"{path}: unknown mig {mode[:20]!r} in row {i}", field="--nodes",
+                                      allowed=[m or "empty" for m in MIG_MODES])
+        layout = (row.get("mig_layout") or "").strip()
+        if mode in ("", "none"):
+            if layout:
+                raise PlacementInputError(f"{path}: row {i} has a mig_layout but mig is {mode or 'empty'}",
+                                          field="--nodes", allowed=["mig static or dynamic with a layout"])
+            out.append(NodeSpec(row["sn"], c, m, g, model))
+        else:
+            where = f"{path}: row {i}"
+            out.append(NodeSpec(row["sn"], c, m, g, model, gpus=mig_gpus(row["sn"], g, model, mode, layout, where)))
+    return out
+
+
+def known_models() -> list[str]:
+    """Every GPU model a file may name: the trace's own, then simgpu's catalog (short names)."""
+    from simgpu.catalog import all_gpus
+
+    return sorted(GPU_MEMORY_MIB) + [g.short_name for g in all_gpus() if g.short_name not in GPU_MEMORY_MIB]
 
 
 def load_pods(path: str | Path | None = None, *, need_times: bool = False) -> Trace:
@@ -173,16 +204,29 @@ def load_pods(path: str | Path | None = None, *, need_times: bool = False) -> Tr
     milli = _int_column(rows, "gpu_milli", path, "--pods")
     created = _int_column(rows, "creation_time", path, "--pods", optional=True) if need_times else None
     deleted = _int_column(rows, "deletion_time", path, "--pods", optional=True) if need_times else None
-    over = [i for i, (n, m) in enumerate(zip(num, milli, strict=True), start=2) if m > MILLI or (n > 1 and 0 < m < MILLI)]
+    over = [i for i, m in enumerate(milli, start=2) if m > MILLI]
     if over:
-        raise PlacementInputError(f"{path}: gpu_milli must be at most 1000, and below 1000 only when num_gpu "
-                                  f"is 1; bad value in {_rows_named(over)}", field="--pods")
-    models = [tuple(m for m in (row.get("gpu_spec") or "").split("|") if m.strip()) for row in rows]
-    unknown = [i for i, spec in enumerate(models, start=2) if any(m not in GPU_MEMORY_MIB for m in spec)]
+        raise PlacementInputError(f"{path}: gpu_milli is per GPU, at most 1000; bad value in {_rows_named(over)}",
+                                  field="--pods", allowed=["0..1000 (num_gpu GPUs, each with gpu_milli of it)"])
+    models = [tuple(canonical_model(m.strip()) for m in (row.get("gpu_spec") or "").split("|") if m.strip())
+              for row in rows]
+    unknown = [i for i, spec in enumerate(models, start=2) if any(not known_model(m) for m in spec)]
     if unknown:
-        names = sorted({m for spec in models for m in spec if m not in GPU_MEMORY_MIB})
+        names = sorted({m for spec in models for m in spec if not known_model(m)})
         raise PlacementInputError(f"{path}: unknown GPU model {', '.join(names)} in column gpu_spec, "
-                                  f"{_rows_named(unknown)}", field="--pods", allowed=sorted(GPU_MEMORY_MIB))
+                                  f"{_rows_named(unknown)}", field="--pods", allowed=known_models())
+    priority = _int_column(rows, "priority", path, "--pods", optional=True) if rows and "priority" in rows[0] else None
+    profiles = [check_pod_profile(p, f"{path}: row {i}") if (p := (row.get("mig_profile") or "").strip()) else ""
+                for i, row in enumerate(rows, start=2)]
+    no_count = [i for i, (p, n) in enumerate(zip(profiles, num, strict=True), start=2) if p and n == 0]
+    if no_count:
+        raise PlacementInputError(f"{path}: a mig_profile needs num_gpu >= 1 (instances) in {_rows_named(no_count)}",
+                                  field="--pods")
+    policies = [(row.get("preemption_policy") or "").strip() for row in rows]
+    odd = [i for i, p in enumerate(policies, start=2) if p not in ("", *PREEMPTION_POLICIES)]
+    if odd:
+        raise PlacementInputError(f"{path}: unknown preemption_policy {policies[odd[0] - 2][:30]!r} in "
+                                  f"{_rows_named(odd)}", field="--pods", allowed=list(PREEMPTION_POLICIES))
     odd = [i for i, row in enumerate(rows, start=2) if (row.get("qos") or "").strip() not in ("", *QOS_CLASSES)]
     if odd:
         names = sorted({(rows[i - 2].get("qos") or "").strip()[:20] for i in odd})
@@ -195,8 +239,10 @@ def load_pods(path: str | Path | None = None, *, need_times: bool = False) -> Tr
     pods = []
     for i, row in enumerate(rows):
         request = Request(name=row["name"], cpu_milli=cpu[i], memory_mib=mem[i], num_gpu=num[i],
-                          gpu_milli=milli[i], gpu_models=models[i], qos=(row.get("qos") or "").strip())
-        pods.append(PodRecord(request, created[i] if created else None, deleted[i] if deleted else None))
-    if not any(p.request.wants_gpu for p in pods):
+                          gpu_milli=milli[i], gpu_models=models[i], qos=(row.get("qos") or "").strip(),
+                          mig_profile=profiles[i])
+        pods.append(PodRecord(request, created[i] if created else None, deleted[i] if deleted else None,
+                              policies[i], (priority[i] or 0) if priority else 0))
+    if not any(p.request.wants_gpu or p.request.is_mig for p in pods):
         raise PlacementInputError(f"{path} has no GPU pods (every row has num_gpu or gpu_milli 0)", field="--pods")
     return Trace(trace_name(path), tuple(pods))

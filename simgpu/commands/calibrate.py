@@ -13,6 +13,8 @@ from pathlib import Path
 
 import yaml
 
+from fgpu_contracts.cli import number
+from fgpu_contracts.extras import need
 from simgpu.catalog import all_gpus, get_gpu
 from simgpu.errors import SimgpuError
 from simgpu.perf.params import params_for
@@ -31,8 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true", help="skip the slowest GEMMs")
     p.add_argument("--loop-seconds", type=float, default=3.0, help="duration of each co-location loop")
     p.add_argument("--no-mps", action="store_true", help="skip the MPS measurements")
-    p.add_argument("--max-fit-evals", type=int, default=60, help="least-squares iterations")
-    p.set_defaults(func=run)
+    p.add_argument("--max-fit-evals", type=number(int, lo=1), default=60,
+                   help="least-squares evaluations per starting point (default 60); a fit that needs more says so")
+    p.set_defaults(func=run, extra="plan")
 
 
 def match_catalog(info: dict, override: str | None):
@@ -119,7 +122,7 @@ def _progress_measure(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from simgpu.calibrate import evaluate, fit_params
+    from simgpu.calibrate import evaluate, fit
     from simgpu.profile import profile_document, with_params
 
     if args.host:
@@ -127,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
             raise SimgpuError("--host measures this machine; it takes no --from-measurements",
                               field="from_measurements", allowed=["--host alone"])
         return run_host(args)
+    need("scipy")  # the fit's, checked before any measuring
     if args.from_measurements:
         try:
             meas = json.loads(Path(args.from_measurements).read_text())
@@ -144,7 +148,11 @@ def run(args: argparse.Namespace) -> int:
     before = evaluate(with_params(spec, base), meas)
     print(f"fitting {spec.name} ({spec.sms} SMs) ...", file=sys.stderr)
     starts = shipped_params(spec.name)
-    params, after = fit_params(meas, spec, base, max_nfev=args.max_fit_evals, starts=starts)
+    fitted = fit(meas, spec, base, max_nfev=args.max_fit_evals, starts=starts)
+    params, after = fitted.params, fitted.report
+    if not fitted.converged:
+        print(f"warning: the fit stopped at --max-fit-evals {args.max_fit_evals} before converging; its constants "
+              f"depend on where it stopped: raise --max-fit-evals", file=sys.stderr)
     where = f"simgpu calibrate on {info.get('device')} (torch {info.get('torch', '?')}, driver {info.get('driver', '?')})"
     if args.from_measurements:
         where += f"; fitted later from the saved measurements ({Path(args.from_measurements).name})"

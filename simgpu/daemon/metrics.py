@@ -110,7 +110,7 @@ class Exporter:
         for gpu in node.gpus:
             whole = per_gpu.get(gpu.uuid)
             if whole is not None:
-                host = (str(gpu.index), f"NVIDIA-{gpu.spec.name}", gpu.uuid)
+                host = (str(gpu.index), f"NVIDIA-{gpu.spec.nvml_name or gpu.spec.name}", gpu.uuid)  # HAMi's type
                 snap.add("hami_host_gpu_memory_used_bytes", host, whole.fb_used)
                 snap.add("hami_host_gpu_utilization_ratio", host, 100.0 * whole.gr_engine_active)
             if gpu.mig:
@@ -120,8 +120,8 @@ class Exporter:
             for device, counters, profile, gi in targets:
                 if counters is None:  # a device that appeared after the window began: next window
                     continue
-                labels = (str(gpu.index), gpu.uuid, f"nvidia{gpu.index}", gpu.spec.name, node.node_name,
-                          node.node_name, profile, gi)
+                labels = (str(gpu.index), gpu.uuid, gpu.pci_bus_id, f"nvidia{gpu.index}", gpu.spec.name,
+                          node.node_name, node.node_name, profile, gi)
                 own = labels[:model] + labels[model + 1:]  # fgpu's series: the same but modelName
                 alive |= self._device(snap, device, counters, labels, own, health, evaluate=evaluate)
         for key in [k for k in self._series if k not in alive]:

@@ -28,6 +28,7 @@ class EmulatedGpu:
     mig: bool = False
     profiles: dict[str, str] = field(default_factory=dict)  # MIG uuid -> profile
     xid: int | None = None
+    pci_bus_id: str = ""  # as the node config gives it (dcgm-exporter's `pci_bus_id` label)
 
     @property
     def healthy(self) -> bool:
@@ -35,7 +36,8 @@ class EmulatedGpu:
 
 
 def build_gpu(spec: Any, *, uuid: str, index: int = 0, sharing: str = "exclusive", memory_mode: str = "hard",
-              mig_instances: Iterable[tuple[str, str]] = (), perf: Any = None, priorities: bool = True) -> EmulatedGpu:
+              mig_instances: Iterable[tuple[str, str]] = (), perf: Any = None, priorities: bool = True,
+              pci_bus_id: str = "") -> EmulatedGpu:
     """A GPU, optionally split into MIG instances given as (uuid, profile) pairs; `priorities`: whether its
     devices enforce clients' priorities."""
     if sharing not in ENGINE_MODE:
@@ -45,13 +47,13 @@ def build_gpu(spec: Any, *, uuid: str, index: int = 0, sharing: str = "exclusive
     if not instances:
         device = EmulatedDevice(spec, uuid=uuid, mode=mode, memory_mode=memory_mode, perf=perf,
                                 label=f"gpu{index}", priorities=priorities)
-        return EmulatedGpu(uuid, index, spec, sharing, [device])
+        return EmulatedGpu(uuid, index, spec, sharing, [device], pci_bus_id=pci_bus_id)
     from simgpu.mig import instance_spec
 
     devices = [EmulatedDevice(instance_spec(spec, profile), uuid=mig_uuid, mode=mode, memory_mode=memory_mode,
                               perf=perf, label=f"gpu{index}/{profile}", priorities=priorities)
                for mig_uuid, profile in instances]
-    return EmulatedGpu(uuid, index, spec, sharing, devices, mig=True, profiles=dict(instances))
+    return EmulatedGpu(uuid, index, spec, sharing, devices, mig=True, profiles=dict(instances), pci_bus_id=pci_bus_id)
 
 
 class EmulatedNode:
@@ -162,5 +164,5 @@ def build_node(config: Any, node_name: str, perf: Any = None) -> EmulatedNode:
         gpus.append(build_gpu(dev.spec, uuid=dev.uuid, index=dev.index, sharing=dev.sharing,
                               memory_mode=config.memory_quota,
                               mig_instances=[(m.uuid, m.profile) for m in dev.mig], perf=perf,
-                              priorities=config.qos.priorities))
+                              priorities=config.qos.priorities, pci_bus_id=dev.pci_bus_id))
     return EmulatedNode(gpus, node_name)

@@ -25,8 +25,10 @@ from .schema import (
     ReplicatedResource,
     ReplicatedSharing,
     Sharing,
+    default_pci_bus_id,
     gpu_uuid,
     mig_uuid,
+    pci_key,
 )
 
 #: GPUs on one node, all groups together (the largest real servers have 16; every GPU is emulated in memory).
@@ -238,6 +240,15 @@ class _PhysicalGpu:
     group_index: int
     group: GpuGroup
     placements: tuple[_Placed, ...]
+    position: int  # within its group (which `uuids` / `pciBusIds` entry is its own)
+
+    def uuid(self, node_name: str) -> str:
+        """The configured UUID, else the one derived from the node name and index (stable across restarts)."""
+        return self.group.uuids[self.position] if self.group.uuids else gpu_uuid(node_name, self.index)
+
+    @property
+    def pci_bus_id(self) -> str:
+        return self.group.pci_bus_ids[self.position] if self.group.pci_bus_ids else default_pci_bus_id(self.index)
 
 
 def _layout(cfg: NodeConfig) -> list[_PhysicalGpu]:
@@ -245,8 +256,22 @@ def _layout(cfg: NodeConfig) -> list[_PhysicalGpu]:
     for gi, group in enumerate(cfg.gpus):
         placed = tuple(_mig_placements(group, f"gpus[{gi}].mig.layout")) if group.mig_enabled else ()
         first = len(out)
-        out.extend(_PhysicalGpu(first + k, gi, group, placed) for k in range(group.count))
+        out.extend(_PhysicalGpu(first + k, gi, group, placed, k) for k in range(group.count))
     return out
+
+
+def _check_identities(layout: list[_PhysicalGpu], node_name: str) -> None:
+    """A UUID or bus id names one GPU of the node: no two GPUs share one (configured or derived)."""
+    for what, field, key in (("UUID", "uuids", lambda g: g.uuid(node_name)),
+                             ("PCI bus id", "pciBusIds", lambda g: pci_key(g.pci_bus_id))):
+        seen: dict[object, _PhysicalGpu] = {}
+        for g in layout:
+            other = seen.setdefault(key(g), g)
+            if other is not g:
+                value = g.uuid(node_name) if field == "uuids" else g.pci_bus_id
+                raise SimgpuError(f"GPU {g.index} has the {what} {value!r} of GPU {other.index}",
+                                  field=f"gpus[{g.group_index}].{field}",
+                                  allowed=[f"a {what} unique on the node"])
 
 
 def _block_mode(cfg: NodeConfig) -> str | None:
@@ -320,9 +345,9 @@ class _Selector:
 
     def _resolve_ref(self, ref: DeviceRef) -> list[TargetKey]:
         if isinstance(ref, str) and ref.startswith("GPU-"):
-            if not self.check_uuids:
-                return []  # UUIDs derive from the node name: checked when the plugin/daemon knows it
-            uuids = [gpu_uuid(self.node_name, g.index) for g in self.layout]
+            uuids = [g.uuid(self.node_name) for g in self.layout]
+            if not self.check_uuids and ref not in uuids:
+                return []  # derived UUIDs need the node name: checked when the plugin/daemon knows it
             if ref not in uuids:
                 raise self.error(f"no GPU {ref} on node {self.node_name}", allowed=uuids)
             ref = uuids.index(ref)
@@ -368,6 +393,7 @@ class _Selector:
 def resolve_devices(cfg: NodeConfig, node_name: str, check_uuids: bool = True) -> list[GpuDevice]:
     """Each GPU's sharing mode and replicas (and each MIG device's), after applying `devices` selections."""
     layout = _layout(cfg)
+    _check_identities(layout, node_name)
     mode_b = _block_mode(cfg)
     block = cfg.replicated(mode_b) if mode_b else None
     chosen: set[tuple[str, int, int | None]] = set()  # (entry name, GPU index, MIG position)
@@ -401,8 +427,8 @@ def resolve_devices(cfg: NodeConfig, node_name: str, check_uuids: bool = True) -
                     replicas = entry.replicas if selected(entry, (g.index, j)) else 1
                 instances.append(MigInstance(mig_uuid(node_name, g.index, p.profile, p.start), p.profile, p.start,
                                              p.sms, p.mem_bytes, replicas))
-            devices.append(GpuDevice(g.index, gpu_uuid(node_name, g.index), group.model, mode, fallback,
-                                     tuple(instances)))
+            devices.append(GpuDevice(g.index, g.uuid(node_name), group.model, mode, fallback,
+                                     tuple(instances), g.pci_bus_id))
             continue
         key = (g.index, None)
         if explicit is not None:
@@ -423,6 +449,6 @@ def resolve_devices(cfg: NodeConfig, node_name: str, check_uuids: bool = True) -
                     f"set sharing.{mode}.resources[{{name: {GPU_RESOURCE}, replicas: N}}]")
                 raise SimgpuError(f"GPU {g.index} has sharing {mode} but no replicas: set "
                                   f"gpus[{g.group_index}].replicas or {where}", field=f"gpus[{g.group_index}].replicas")
-        devices.append(GpuDevice(g.index, gpu_uuid(node_name, g.index), group.model, mode, replicas))
+        devices.append(GpuDevice(g.index, g.uuid(node_name), group.model, mode, replicas, pci_bus_id=g.pci_bus_id))
     return devices
 

@@ -205,14 +205,50 @@ class MigConfig(ConfigModel):
         return self
 
 
+#: A GPU's UUID as NVML and `nvidia-smi -L` print it; a PCI bus id as lspci (`0000:3b:00.0`) or NVML
+#: (`00000000:3B:00.0`) print it: domain, bus, device (0-1f), function (0-7).
+_GPU_UUID = re.compile(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_PCI_BUS_ID = re.compile(r"([0-9a-fA-F]{4}|[0-9a-fA-F]{8}):([0-9a-fA-F]{2}):([01][0-9a-fA-F])\.([0-7])")
+UUID_ALLOWED = "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, lowercase hex (as nvidia-smi -L prints it)"
+PCI_ALLOWED = "domain:bus:device.function, e.g. 0000:3b:00.0 or 00000000:3B:00.0"
+
+
+def pci_key(bus_id: str) -> tuple[int, int, int, int]:
+    """A bus id as numbers, so `0000:3b:00.0` and `00000000:3B:00.0` are one device."""
+    m = _PCI_BUS_ID.fullmatch(bus_id)
+    return (int(m[1], 16), int(m[2], 16), int(m[3], 16), int(m[4]))
+
+
 class GpuGroup(ConfigModel):
     model: str
     count: int = pydantic.Field(default=1, ge=1, le=64)
     sharing: SharingMode | None = None  # default: the node-level NVIDIA sharing block's mode, else exclusive
     replicas: int | None = None  # overrides sharing.<mode>.resources replicas
     mig: MigConfig | None = None
+    #: The group's GPUs' identities, one per GPU in order, as a real node's (to mirror its inventory and
+    #: test UUID-pinned pods); default: UUIDs derived from the node name and index, bus ids from the index.
+    uuids: list[str] | None = None
+    pci_bus_ids: list[str] | None = None
 
     _replicas = pydantic.field_validator("replicas")(_replicas_in_range)
+
+    @pydantic.field_validator("uuids", "pci_bus_ids")
+    @classmethod
+    def _identity_form(cls, value: list[str] | None, info: pydantic.ValidationInfo) -> list[str] | None:
+        pattern, what, allowed = ((_GPU_UUID, "GPU UUID", UUID_ALLOWED) if info.field_name == "uuids"
+                                  else (_PCI_BUS_ID, "PCI bus id", PCI_ALLOWED))
+        bad = next((v for v in value or () if not pattern.fullmatch(v)), None)
+        if bad is not None:
+            raise SimgpuError(f"{bad!r} is not a {what}", allowed=[allowed])
+        return value
+
+    @pydantic.model_validator(mode="after")
+    def _one_identity_per_gpu(self) -> GpuGroup:
+        for name, given in (("uuids", self.uuids), ("pciBusIds", self.pci_bus_ids)):
+            if given is not None and len(given) != self.count:
+                raise SimgpuError(f"{len(given)} {name} for {self.count} GPUs", field=name,
+                                  allowed=[f"exactly count ({self.count}) entries, one per GPU in order"])
+        return self
 
     @pydantic.field_validator("model")
     @classmethod
@@ -240,11 +276,12 @@ class MigInstance:
 @dataclass(frozen=True)
 class GpuDevice:
     index: int  # node-wide, in config order
-    uuid: str  # "GPU-<uuid5>"
+    uuid: str  # the group's `uuids` entry, else "GPU-<uuid5>"
     model: str  # canonical catalog name
     sharing: str  # one of SHARING_MODES
     replicas: int  # 1 unless timeSlicing / mps
     mig: tuple[MigInstance, ...] = ()
+    pci_bus_id: str = ""  # the group's `pciBusIds` entry, else `default_pci_bus_id(index)`
 
     @property
     def spec(self):  # -> simgpu.catalog.GPUSpec
@@ -255,6 +292,11 @@ class GpuDevice:
 
 def gpu_uuid(node_name: str, index: int) -> str:
     return f"GPU-{uuid.uuid5(_UUID_NAMESPACE, f'{node_name}/gpu/{index}')}"
+
+
+def default_pci_bus_id(index: int) -> str:
+    """An emulated GPU's bus id when the config gives none: bus index + 1 (NVML's 8-digit domain form)."""
+    return f"00000000:{index + 1:02X}:00.0"
 
 
 def mig_uuid(node_name: str, gpu_index: int, profile: str, start: int) -> str:

@@ -9,6 +9,28 @@ from fgpu_operator.admission import HandoffError, parse_pod, review
 from fgpu_contracts.errors import InputError
 
 DENIALS = {
+    # --- zero means zero: an explicit request for no GPU beside a share, in any spelling ---------------------
+    'gpu 0 beside gpumem': (
+        "spec: {containers: [{name: main, resources: {limits: {nvidia.com/gpu: 0, nvidia.com/gpumem: 1000}}}]}",
+        "spec.containers[main].resources[nvidia.com/gpu]: '0' asks for no GPU, but spec.containers[main].resources[nvidia.com/gpumem]='1000' asks for a share of one (allowed: nvidia.com/gpu >= 1 with nvidia.com/gpumem, or no nvidia.com/gpumem)"),
+    'gpu 0 beside gpucores': (
+        "spec: {containers: [{name: main, resources: {limits: {nvidia.com/gpu: '0', nvidia.com/gpucores: 30}}}]}",
+        "spec.containers[main].resources[nvidia.com/gpu]: '0' asks for no GPU, but spec.containers[main].resources[nvidia.com/gpucores]='30' asks for a share of one (allowed: nvidia.com/gpu >= 1 with nvidia.com/gpucores, or no nvidia.com/gpucores)"),
+    'gpu 0 beside gpumem-percentage': (
+        "spec: {containers: [{name: main, resources: {requests: {nvidia.com/gpu: 0, nvidia.com/gpumem-percentage: 50}}}]}",
+        "spec.containers[main].resources[nvidia.com/gpu]: '0' asks for no GPU, but spec.containers[main].resources[nvidia.com/gpumem-percentage]='50' asks for a share of one (allowed: nvidia.com/gpu >= 1 with nvidia.com/gpumem-percentage, or no nvidia.com/gpumem-percentage)"),
+    'gpu 0 beside an fgpu annotation for that container': (
+        "metadata: {annotations: {fgpu.io/gpu-memory: 8Gi}}\nspec: {containers: [{name: main, resources: {limits: {nvidia.com/gpu: 0}}}]}",
+        "spec.containers[main].resources[nvidia.com/gpu]: '0' asks for no GPU, but metadata.annotations[fgpu.io/gpu-memory]='8Gi' asks for a share of one (allowed: nvidia.com/gpu >= 1 with fgpu.io/gpu-memory, or no fgpu.io/gpu-memory)"),
+    'gpu 0 beside KAI gpu-fraction': (
+        "metadata: {annotations: {gpu-fraction: '0.5'}}\nspec: {containers: [{name: main, resources: {limits: {nvidia.com/gpu: 0}}}]}",
+        "spec.containers[main].resources[nvidia.com/gpu]: '0' asks for no GPU, but metadata.annotations[gpu-fraction]='0.5' asks for a share of one (allowed: nvidia.com/gpu >= 1 with gpu-fraction, or no gpu-fraction)"),
+    'gpu 0 beside Aliyun gpu-mem': (
+        "spec: {containers: [{name: main, resources: {limits: {nvidia.com/gpu: 0, aliyun.com/gpu-mem: 4}}}]}",
+        "spec.containers[main].resources[nvidia.com/gpu]: '0' asks for no GPU, but spec.containers[main].resources[aliyun.com/gpu-mem]='4' asks for a share of one (allowed: nvidia.com/gpu >= 1 with aliyun.com/gpu-mem, or no aliyun.com/gpu-mem)"),
+    'KubeShare request and limit 0 beside gpu_mem': (
+        "metadata: {labels: {sharedgpu/gpu_request: '0', sharedgpu/gpu_limit: '0', sharedgpu/gpu_mem: '1073741824'}}\nspec: {containers: [{name: main}]}",
+        "metadata.labels[sharedgpu/gpu_mem]: '1073741824' bytes of GPU memory, but metadata.labels[sharedgpu/gpu_request]='0' and metadata.labels[sharedgpu/gpu_limit]='0' ask for no GPU (allowed: a request and limit above 0, or no gpu_mem)"),
     'fraction zero': (
         "metadata: {annotations: {fgpu.io/gpu-fraction: '0'}}\nspec: {containers: [{name: main}]}",
         "metadata.annotations[fgpu.io/gpu-fraction]: '0' is not a share of one GPU or a whole number of GPUs (allowed: 0 < f <= 1, a whole number of GPUs 1..64)"),
@@ -51,9 +73,9 @@ DENIALS = {
     'MIG beside whole GPUs': (
         'spec: {containers: [{name: main, resources: {limits: {nvidia.com/gpu: 1, nvidia.com/mig-1g.10gb: 1}}}]}',
         "spec.containers[main].resources[nvidia.com/gpu]: '1' cannot be combined with nvidia.com/mig-1g.10gb in one container (allowed: whole GPUs or MIG instances in one container, not both)"),
-    'unknown model': (
-        "metadata: {annotations: {fgpu.io/gpu-fraction: '0.5', fgpu.io/gpu-model: RTX-9090}}\nspec: {containers: [{name: main}]}",
-        "metadata.annotations[fgpu.io/gpu-model]: unknown GPU model 'RTX-9090' (allowed: P100, V100-16GB, V100, T4, A10, A30, A100-40GB, A100-80GB, H100, H100-PCIE, H200, L4, L40S)"),
+    'malformed model': (
+        "metadata: {annotations: {fgpu.io/gpu-fraction: '0.5', fgpu.io/gpu-model: 'A100;rm -rf'}}\nspec: {containers: [{name: main}]}",
+        "metadata.annotations[fgpu.io/gpu-model]: 'A100;rm -rf' is not a GPU model name (allowed: comma-separated GPU model names (letters, digits, spaces, ._+()-), e.g. A100,H100-PCIe)"),
     'bad priority': (
         "metadata: {annotations: {fgpu.io/gpu-fraction: '0.5', fgpu.io/priority: urgent}}\nspec: {containers: [{name: main}]}",
         "metadata.annotations[fgpu.io/priority]: 'urgent' is not supported (allowed: high, low)"),
@@ -104,10 +126,16 @@ DENIALS = {
         "metadata.annotations[hami.io/gpu-scheduler-policy]: 'topology-aware' is not supported: fgpu does not score NVLink topology (allowed: binpack, spread)"),
     'hami vgpu-mode mps': (
         'metadata: {annotations: {nvidia.com/vgpu-mode: mps}}\nspec: {containers: [{name: main, resources: {limits: {nvidia.com/gpu: 1, nvidia.com/gpumem: 1000}}}]}',
-        "metadata.annotations[nvidia.com/vgpu-mode]: 'mps' is not supported: in fgpu, MPS is a node's sharing mode: ask for that node's replica resource (e.g. nvidia.com/gpu.shared); fractional shares run under fgpu's quotas (allowed: hami-core)"),
-    'hami vgpu-mode mig': (
-        'metadata: {annotations: {nvidia.com/vgpu-mode: mig}}\nspec: {containers: [{name: main, resources: {limits: {nvidia.com/gpu: 1, nvidia.com/gpumem: 1000}}}]}',
-        "metadata.annotations[nvidia.com/vgpu-mode]: 'mig' is not supported: fgpu does not repartition MIG on demand: ask for a MIG profile (nvidia.com/mig-<profile> or fgpu.io/mig-profile) on nodes whose layout has it (allowed: hami-core)"),
+        "metadata.annotations[nvidia.com/vgpu-mode]: 'mps' is not supported: in fgpu, MPS is a node's sharing mode: ask for that node's replica resource (e.g. nvidia.com/gpu.shared); fractional shares run under fgpu's quotas (allowed: hami-core, mig)"),
+    'hami vgpu-mode mig with cores': (
+        'metadata: {annotations: {nvidia.com/vgpu-mode: mig}}\nspec: {containers: [{name: main, resources: {limits: {nvidia.com/gpu: 1, nvidia.com/gpumem: 1000, nvidia.com/gpucores: 30}}}]}',
+        "spec.containers[main].resources[nvidia.com/gpucores]: '30' has no meaning in vgpu-mode mig: a MIG instance is a fixed slice (allowed: nvidia.com/gpumem (MiB), which picks the profile)"),
+    'hami vgpu-mode mig without memory': (
+        'metadata: {annotations: {nvidia.com/vgpu-mode: mig}}\nspec: {containers: [{name: main, resources: {limits: {nvidia.com/gpu: 1}}}]}',
+        "spec.containers[main].resources[nvidia.com/gpumem]: vgpu-mode mig needs the memory per instance, which picks the MIG profile (allowed: MiB, e.g. 8000)"),
+    'hami vgpu-mode mig, more than any instance': (
+        'metadata: {annotations: {nvidia.com/vgpu-mode: mig}}\nspec: {containers: [{name: main, resources: {limits: {nvidia.com/gpu: 1, nvidia.com/gpumem: 200000}}}]}',
+        "spec.containers[main].resources[nvidia.com/gpumem]: '200000' MiB is more than any MIG instance holds (allowed: at most 143360 MiB (7g.141gb on H200-SXM-141GB))"),
     'hami bad uuid list': (
         "metadata: {annotations: {nvidia.com/use-gpuuuid: 'GPU-1; rm -rf'}}\nspec: {containers: [{name: main, resources: {limits: {nvidia.com/gpu: 1}}}]}",
         "metadata.annotations[nvidia.com/use-gpuuuid]: 'GPU-1; rm -rf' is not a list of GPU UUIDs (allowed: comma-separated GPU UUIDs, e.g. GPU-8d2f...,GPU-77a1...)"),
@@ -168,6 +196,20 @@ DENIALS = {
     'duplicate container names': (
         'spec: {containers: [{name: a}, {name: a}]}',
         "spec.containers: container name 'a' is used twice"),
+    'bound on a low-priority pod': (
+        "metadata: {annotations: {fgpu.io/gpu-fraction: '0.3', fgpu.io/priority: low, fgpu.io/slo-slowdown: '1.5'}}\n"
+        "spec: {containers: [{name: main}]}",
+        "metadata.annotations[fgpu.io/slo-slowdown]: '1.5' is a slowdown bound, which protects a high-priority pod "
+        "only, and metadata.annotations[fgpu.io/priority] is 'low' (allowed: no bound on a low-priority pod, or "
+        "priority high)"),
+    'duty cycle above one': (
+        "metadata: {annotations: {fgpu.io/gpu-fraction: '0.3', fgpu.io/duty-cycle: '1.5'}}\n"
+        "spec: {containers: [{name: main}]}",
+        "metadata.annotations[fgpu.io/duty-cycle]: '1.5' is not a duty cycle (allowed: 0 < d <= 1)"),
+    'slo filter not a boolean': (
+        "metadata: {annotations: {fgpu.io/gpu-fraction: '0.3', fgpu.io/slo-filter: 'yes'}}\n"
+        "spec: {containers: [{name: main}]}",
+        "metadata.annotations[fgpu.io/slo-filter]: 'yes' is not supported (allowed: true, false)"),
     'annotation not a string': (
         'metadata: {annotations: {fgpu.io/gpu-fraction: 0.5}}\nspec: {containers: [{name: main}]}',
         'metadata.annotations[fgpu.io/gpu-fraction]: 0.5 is not a string'),
@@ -203,3 +245,30 @@ def test_new_pod_with_an_allocation_is_forbidden_whatever_its_scheduler_or_node(
     answer = review(envelope(pod(text)), CONFIG)["response"]
     assert (answer["allowed"], answer["status"]["code"], answer["status"]["reason"]) == (False, 403, "Forbidden")
     assert answer["status"]["message"] == HANDOFF_MESSAGE
+
+
+def test_gpu_zero_alone_or_beside_another_containers_share_is_no_contradiction():
+    alone = pod("spec: {containers: [{name: main, resources: {limits: {nvidia.com/gpu: 0, nvidia.com/gpucores: 0}}}]}")
+    assert parse_pod(alone, CONFIG) is None  # HAMi: 0 means not asked, for cores as for devices
+    sidecar = pod("metadata: {annotations: {fgpu.io/gpu-fraction: '0.5', fgpu.io/container: main}}\n"
+                  "spec: {containers: [{name: main}, {name: side, resources: {limits: {nvidia.com/gpu: 0}}}]}")
+    assert [c.container for c in parse_pod(sidecar, CONFIG).containers] == ["main"]
+    mig = pod("spec: {containers: [{name: main, resources: {limits: {nvidia.com/gpu: 0, nvidia.com/mig-1g.10gb: 1}}}]}")
+    assert parse_pod(mig, CONFIG).containers[0].mig_profile == "1g.10gb"  # no whole GPU, one MIG instance
+
+
+@pytest.mark.parametrize(("priority", "annotations", "expected"), [
+    (1000, {}, "high"),  # at the cluster's protectedPriority: protected
+    (999, {}, "low"),
+    (5000, {"fgpu.io/priority": "low"}, "low"),  # the pod's own word wins
+    (None, {}, "low"),
+])
+def test_a_priority_class_at_the_threshold_protects_a_pod_that_names_no_priority(priority, annotations, expected):
+    from fgpu_operator.admission import AdmissionConfig
+
+    body = pod("metadata: {annotations: {fgpu.io/gpu-fraction: '0.3'}}\nspec: {containers: [{name: main}]}")
+    body["metadata"]["annotations"].update(annotations)
+    if priority is not None:
+        body["spec"]["priority"] = priority
+    config = AdmissionConfig(max_gpu_memory_bytes=CONFIG.max_gpu_memory_bytes, protected_priority=1000)
+    assert parse_pod(body, config).priority == expected

@@ -6,7 +6,7 @@ import pytest
 from admission_util import CONFIG, GIB, MIB, pod
 from fgpu_operator.admission import AdmissionConfig, classify_pod, parse_pod
 
-from fgpu_contracts.request import ContainerRequest, GpuRequest, dump_request, load_request
+from fgpu_contracts.request import ContainerRequest, GpuRequest, ModelFilter, dump_request, load_request
 
 
 def one(container: str = "main", source: str = "fgpu", **kw) -> tuple:
@@ -31,18 +31,29 @@ CASES = {
             fgpu.io/gpu-memory: 10000Mi
             fgpu.io/gpu-sm: "40"
             fgpu.io/gpu-model: "A100-80GB, H100"
-            fgpu.io/priority: low
+            fgpu.io/priority: high
             fgpu.io/policy: fgd
             fgpu.io/affinity: team-a
             fgpu.io/anti-affinity: noisy
             fgpu.io/exclusion: tenant-1
             fgpu.io/slo-slowdown: "1.5"
+            fgpu.io/duty-cycle: "0.4"
+            fgpu.io/slo-filter: "true"
             fgpu.io/container: worker
         spec:
           containers: [{name: sidecar}, {name: worker}]
-        """, one("worker", milli_gpu=250, mem_bytes=10000 * MIB, sm_pct=40, priority="low",
-                 models=("A100-SXM4-80GB", "H100-SXM5-80GB"), node_policy="fgd", affinity="team-a",
-                 anti_affinity="noisy", exclusion="tenant-1", slo_slowdown=1.5)),
+        """, one("worker", milli_gpu=250, mem_bytes=10000 * MIB, sm_pct=40, priority="high",
+                 model_filters=(ModelFilter(rule="fgpu", allow=("A100-80GB", "H100")),), node_policy="fgd",
+                 affinity="team-a", anti_affinity="noisy", exclusion="tenant-1", slo_slowdown=1.5, duty_cycle=0.4,
+                 slo_filter=True)),
+    "fgpu bound alone protects the pod": ("""
+        metadata: {annotations: {fgpu.io/gpu-fraction: "0.3", fgpu.io/slo-slowdown: "1.3"}}
+        spec: {containers: [{name: main}]}
+        """, one(milli_gpu=300, priority="high", slo_slowdown=1.3)),
+    "fgpu nothing asked is best-effort": ("""
+        metadata: {annotations: {fgpu.io/gpu-fraction: "0.3"}}
+        spec: {containers: [{name: main}], priority: 100000}
+        """, one(milli_gpu=300, priority="low")),
     "fgpu whole GPUs with memory each": ("""
         metadata: {annotations: {fgpu.io/gpu-fraction: "2", fgpu.io/gpu-memory: 20G}}
         spec: {containers: [{name: main}]}
@@ -110,16 +121,28 @@ CASES = {
           containers:
             - name: main
               resources: {limits: {nvidia.com/gpu: 1, nvidia.com/gpucores: 50, nvidia.com/priority: 0}}
-        """, one(source="hami", milli_gpu=500, priority="high",  # V100: the catalog's short name (32GB)
-                 models=("A100-SXM4-40GB", "A100-SXM4-80GB", "V100-SXM2-32GB"),
+        """, one(source="hami", milli_gpu=500, priority="high",  # names as written: HAMi's rule matches them
+                 model_filters=(ModelFilter(rule="hami", allow=("A100", "V100")),),
                  exclude_uuids=("GPU-aaaa-1", "GPU-bbbb-2"), node_policy="spread", gpu_policy="binpack")),
+    "hami dynamic MIG (examples/nvidia/dynamic_mig_example.yaml): memory picks the smallest profile": ("""
+        metadata: {annotations: {nvidia.com/vgpu-mode: "mig"}}
+        spec:
+          containers:
+            - {name: main, resources: {limits: {nvidia.com/gpu: 2, nvidia.com/gpumem: 8000}}}
+        """, one(source="hami", count=2, mig_profile="1g.10gb")),
+    "hami dynamic MIG, 30 GiB": ("""
+        metadata: {annotations: {nvidia.com/vgpu-mode: mig}}
+        spec:
+          containers:
+            - {name: main, resources: {limits: {nvidia.com/gpu: 1, nvidia.com/gpumem: 30720}}}
+        """, one(source="hami", mig_profile="1g.35gb")),
     "hami low priority, avoid a type": ("""
         metadata: {annotations: {nvidia.com/nouse-gputype: "T4"}}
         spec:
           containers:
             - {name: main, resources: {limits: {nvidia.com/gpu: 1, nvidia.com/gpumem: 4096, nvidia.com/priority: 1}}}
         """, one(source="hami", milli_gpu=50, mem_bytes=4 * GIB, sm_pct=100, priority="low",
-                 exclude_models=("T4",))),
+                 model_filters=(ModelFilter(rule="hami", deny=("T4",)),))),
     # --- KubeShare 2.0 (labels) and 1.0 spelling (annotations) ---------------------------------------------
     "kubeshare 2.0 sharepod": ("""
         apiVersion: v1
@@ -135,7 +158,8 @@ CASES = {
         spec:
           schedulerName: kubeshare-scheduler
           containers: [{name: pytorch, image: riyazhu/mnist:test}]
-        """, one("pytorch", "kubeshare", milli_gpu=500, sm_pct=100, mem_bytes=GIB, models=("A10",),
+        """, one("pytorch", "kubeshare", milli_gpu=500, sm_pct=100, mem_bytes=GIB,
+                 model_filters=(ModelFilter(rule="kubeshare", allow=("NVIDIA-A10",)),),
                  priority="high")),
     "kubeshare opportunistic priority and groups (1.0 annotations)": ("""
         metadata:
@@ -245,12 +269,13 @@ def test_several_gpu_containers_each_get_their_own_request():
     got = parse_pod(pod("""
         spec:
           containers:
-            - {name: trainer, resources: {limits: {nvidia.com/gpu: 2}}}
+            - {name: trainer, resources: {limits: {nvidia.com/gpu: 2, nvidia.com/gpumem: 8192}}}
             - {name: server, resources: {limits: {nvidia.com/gpu: 1, nvidia.com/gpumem: 8192}}}
             - {name: logs}
         """), CONFIG)
-    assert got.containers == (ContainerRequest(container="trainer", count=2),
-                              ContainerRequest(container="server", milli_gpu=100, mem_bytes=8 * GIB, sm_pct=100))
+    share = {"milli_gpu": 100, "mem_bytes": 8 * GIB, "sm_pct": 100}
+    assert got.containers == (ContainerRequest(container="trainer", count=2, **share),
+                              ContainerRequest(container="server", **share))
     assert got.source == "hami"
 
 

@@ -13,7 +13,7 @@ import kopf
 import pytest
 import yaml
 from fgpu_operator.controller import webhook
-from fgpu_operator.controller.translate import core_request, gpu_request, node_spec
+from fgpu_operator.controller.translate import core_request, gpu_request, guards_slo, node_spec
 from fgpu_operator.placement.live import Allocation, LiveCluster
 
 from fgpu_contracts import keys
@@ -133,7 +133,7 @@ def test_admitted_examples_all_fit_the_quickstart_cluster_together_and_the_unfit
         else:
             assert admitted["spec"]["schedulerName"] == keys.SCHEDULER_NAME, path.name
             assert request is not None, f"{path.name}: the webhook wrote no {keys.REQUEST}"
-        outcome = cluster.schedule(path.stem, core_request(admitted, request))
+        outcome = cluster.schedule(path.stem, core_request(admitted, request, guard_slo=guards_slo(request, "fgpu")))
         if expect == "admitted":
             assert isinstance(outcome, Allocation), f"{path.name}: {outcome}"
             placed[path.stem] = outcome.node

@@ -48,6 +48,8 @@ def test_operator_deployment(default):
     assert "--lease-namespace=fgpu-system" in args and "--identity=$(POD_NAME)" in args
     assert "--no-leader-elect" not in args
     assert "--webhook-host=fgpu-webhook.fgpu-system.svc" in args
+    assert "--takeover-schedulers=hami-scheduler,kai-scheduler,kubeshare-scheduler,default-scheduler" in args
+    assert "--aliyun-memory-unit=GiB" in args
     assert {a for a in args if a.startswith("--trusted-user=")} == {
         "--trusted-user=system:serviceaccount:fgpu-system:fgpu-operator",
         "--trusted-user=system:serviceaccount:fgpu-system:fgpu-node"}
@@ -63,6 +65,15 @@ def test_operator_deployment(default):
     assert pdb["spec"]["selector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
     lease = one(default, "Role", "fgpu-operator-leader")
     assert {"fgpu-scheduler"} == {n for r in lease["rules"] for n in r.get("resourceNames", [])}
+
+
+def test_takeover_schedulers_and_the_aliyun_unit_are_values():
+    objects = render("--set", "operator.takeoverSchedulers={kai-scheduler}", "--set", "operator.aliyunMemoryUnit=MiB")
+    args = one(objects, "Deployment", "fgpu-operator")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--takeover-schedulers=kai-scheduler" in args and "--aliyun-memory-unit=MiB" in args
+    none = render("--set-json", "operator.takeoverSchedulers=[]")
+    assert "--takeover-schedulers=" in one(none, "Deployment", "fgpu-operator")["spec"]["template"]["spec"][
+        "containers"][0]["args"]
 
 
 def test_one_replica_without_lease_and_two_without_refused():

@@ -11,14 +11,15 @@ from fgpu_contracts.errors import InputError
 from fgpu_contracts.inventory import GPUNode, dump_inventory, gpunode, parse_inventory
 from fgpu_contracts.keys import INVENTORY
 
-# What deviceplugin.labels wrote for sample_inventory.plugin_inventory() before the format moved.
+# What deviceplugin.labels wrote for sample_inventory.plugin_inventory() before the format moved, plus each
+# GPU's `pciBusId` (added later: the node config's, else the emulated default).
 GOLDEN = (
     '{"gpus":[{"healthy":false,"index":0,"memBytes":42949672960,"mig":[{"healthy":false,"memBytes":21066814587,'
     '"profile":"3g.20gb","sms":42,"start":4,"uuid":"MIG-58fb3d29-1ded-5e7b-9db6-56c21a8471a9"},{"healthy":false,'
     '"memBytes":21066814587,"profile":"4g.20gb","sms":56,"start":0,"uuid":"MIG-e801f518-654b-5acb-aa77-a404d2ab9b39"'
-    '}],"model":"A100-SXM4-40GB","replicas":1,"sharing":"exclusive","shortName":"A100-40GB","sms":108,'
+    '}],"model":"A100-SXM4-40GB","pciBusId":"00000000:01:00.0","replicas":1,"sharing":"exclusive","shortName":"A100-40GB","sms":108,'
     '"uuid":"GPU-ed842274-a47a-5955-aa40-01fc2abf1837","xid":79},{"healthy":true,"index":1,"memBytes":24152899584,'
-    '"mig":[],"model":"L4","replicas":10,"sharing":"fractional","shortName":"L4","sms":58,'
+    '"mig":[],"model":"L4","pciBusId":"00000000:02:00.0","replicas":10,"sharing":"fractional","shortName":"L4","sms":58,'
     '"uuid":"GPU-70cb312e-d673-515f-bdba-b1a663c7a248","xid":null}],"memoryQuota":"hard","migStrategy":"mixed",'
     '"node":"n1","nodeResources":{"nvidia.com/gpucores":100,"nvidia.com/gpumem":23034},"resources":{'
     '"nvidia.com/gpu":10,"nvidia.com/mig-3g.20gb":1,"nvidia.com/mig-4g.20gb":1},"timeDilation":2.0,"version":"v1"}'

@@ -80,7 +80,7 @@ def test_families_are_the_catalogues_operator_part_even_before_any_sample():
                if not k[0].endswith("_created")}  # start-up: no model yet (`fgpu operator` disables _created)
     histogram = {f"fgpu_scheduler_create_to_bound_seconds{suffix}" for suffix in ("_bucket", "_count", "_sum")}
     outcomes = {"fgpu_scheduler_attempts_total", "fgpu_scheduler_binds_total",  # every outcome at 0 from the start
-                "fgpu_scheduler_events_dropped_total"}
+                "fgpu_scheduler_events_dropped_total", "fgpu_scheduler_slo_holds_total"}
     assert {name for name, _ in scraped} <= histogram | outcomes
     assert {name for name, _ in scraped} >= outcomes
     assert all(v == 0 for (name, _), v in scraped.items() if name in outcomes)
@@ -247,7 +247,8 @@ def test_unschedulable_reason_is_the_plug_in_that_rejected_most_nodes():
              "Insufficient nvidia.com/gpu.shared": "NodeResourcesFit", "node(s) had no GPU": "GpuModel",
              "node(s) had no GPU of the requested model": "GpuModel", "Insufficient whole GPU": "GpuFit",
              "node(s) had no GPU allowed by the pod's GPU UUID or sharing-group rules": "GpuFit",
-             "Insufficient nvidia.com/mig-1g.10gb": "MigSlot", "something new": "Other"}
+             "Insufficient nvidia.com/mig-1g.10gb": "MigSlot", "would break a co-runner's SLO": "SloFit",
+             "had only GPUs held: a protected pod measured over its SLO": "SloFit", "something new": "Other"}
     assert {k: reason_plugin(k) for k in cases} == cases
     assert {f.name for f in FILTERS} <= set(cases.values())  # every filter plug-in is a reason
 

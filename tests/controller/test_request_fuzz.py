@@ -22,6 +22,10 @@ container = st.fixed_dictionaries({"container": st.sampled_from(["main", "side",
 request = st.fixed_dictionaries({"containers": st.lists(container, max_size=3)}, optional={
     "version": st.sampled_from(["v1", "v2", ""]), "priority": st.sampled_from(["high", "low", "mid"]),
     "models": st.lists(st.sampled_from(["A100", "H100", "T4", "nope", ""]), max_size=2),
+    "modelFilters": st.lists(st.fixed_dictionaries({"rule": st.sampled_from(["fgpu", "hami", "kubeshare", "x"])},
+                                                   optional={"allow": st.lists(st.sampled_from(["A10", "", "T4"]),
+                                                                               max_size=2), "deny": junk}),
+                             max_size=2),
     "nodePolicy": st.sampled_from(["binpack", "spread", "fgd", "fgpu", "x"]),
     "gpuPolicy": st.sampled_from(["binpack", "spread", "x"]), "sloSlowdown": numbers, "source": junk})
 device = st.fixed_dictionaries({"uuid": st.sampled_from(["GPU-0", "MIG-1", ""])}, optional={

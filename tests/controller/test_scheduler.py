@@ -15,8 +15,9 @@ from fgpu_contracts.request import ContainerRequest, GpuRequest, dump_request
 GIB = 1 << 30
 
 
-def pod(name: str, milli: int, mem_gib: int = 0) -> dict:
-    req = GpuRequest(containers=[ContainerRequest(container="main", milli_gpu=milli, mem_bytes=mem_gib * GIB or None)])
+def pod(name: str, milli: int, mem_gib: int = 0, priority: str = "low") -> dict:
+    req = GpuRequest(containers=[ContainerRequest(container="main", milli_gpu=milli, mem_bytes=mem_gib * GIB or None)],
+                     priority=priority)
     return {"metadata": {"name": name, "namespace": "ns", "uid": name, "annotations": {keys.REQUEST: dump_request(req)}},
             "spec": {"schedulerName": keys.SCHEDULER_NAME, "containers": [{"name": "main"}]}}
 
@@ -87,7 +88,7 @@ def test_room_freed_goes_to_the_high_priority_pod_that_waited_less():
             containers=[ContainerRequest(container="main", milli_gpu=600)], priority="low"))
         s.on_pod("ADDED", low)
         await asyncio.sleep(0.05)
-        s.on_pod("ADDED", pod("high", 600))
+        s.on_pod("ADDED", pod("high", 600, priority="high"))
         await asyncio.sleep(0.05)
         assert set(s.parked) == {"low", "high"}
         s.on_pod("DELETED", pod("full", 1000))

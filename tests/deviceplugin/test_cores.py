@@ -146,7 +146,7 @@ def test_preferred_allocation_properties(data):
 def test_labels_timeslicing_shared_product():
     labels = node_labels(TS, TS.gpu_devices("n1"))
     assert labels["fgpu.io/emulated"] == "true"
-    assert labels["nvidia.com/gpu.product"] == "H100-SXM5-80GB-SHARED"
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-SHARED"
     assert labels["nvidia.com/gpu.replicas"] == "4"
     assert labels["nvidia.com/gpu.sharing-strategy"] == "time-slicing"
     assert labels["nvidia.com/gpu.count"] == "3"

@@ -10,6 +10,7 @@ from deviceplugin.kube import KubeNode
 from deviceplugin.labels import inventory, node_labels, stale_labels
 from deviceplugin.resources import discover
 from fgpu_contracts.keys import model_label_prefix
+from simgpu.catalog import get_gpu
 from simgpu.nodeconfig import parse_node_config
 
 KEY = re.compile(r"([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
@@ -23,7 +24,7 @@ def labels_of(*groups, **top):
 
 def test_one_model_gets_gfd_product_and_memory():
     labels = labels_of({"model": "H100", "count": 2})
-    assert labels["nvidia.com/gpu.product"] == "H100-SXM5-80GB"
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"  # GFD's: NVML's name, label-safe
     assert labels["nvidia.com/gpu.memory"] == "81559"
     assert labels["nvidia.com/gpu.family"] == "hopper"
     assert labels["fgpu.io/gpu-H100-SXM5-80GB.count"] == "2"
@@ -65,7 +66,7 @@ def test_mixed_sharing_drops_sharing_labels():
 def test_mig_gpus_do_not_decide_sharing():
     labels = labels_of({"model": "H100", "mig": {"layout": ["7g.80gb"]}},
                        {"model": "H100", "sharing": "mps", "replicas": 2})
-    assert labels["nvidia.com/gpu.product"] == "H100-SXM5-80GB-SHARED"
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-SHARED"
     assert labels["nvidia.com/gpu.sharing-strategy"] == "mps"
     assert labels["nvidia.com/gpu.replicas"] == "2"
 
@@ -106,7 +107,8 @@ def test_labels_agree_with_the_inventory(groups):
     assert per_model == {f"{model_label_prefix(m)}.count": n for m, n in models.items()}
     assert int(labels["nvidia.com/gpu.count"]) == len(inv.gpus)
     if len(models) == 1:
-        assert labels["nvidia.com/gpu.product"].startswith(next(iter(models)))
+        nvml = get_gpu(next(iter(models))).nvml_name.replace(" ", "-")
+        assert labels["nvidia.com/gpu.product"].startswith(nvml)
     else:
         assert "nvidia.com/gpu.product" not in labels
     for key, value in labels.items():
@@ -145,3 +147,18 @@ def test_publish_removes_labels_that_no_longer_hold():
     assert body["metadata"]["labels"]["nvidia.com/gpu.product"] is None
     assert "team" not in body["metadata"]["labels"]
     assert body["metadata"]["labels"]["fgpu.io/gpu-L4.count"] == "1"
+
+
+def test_a_kai_pods_gfd_node_selector_matches_the_emulated_node():
+    """KAI asks for a model with a nodeSelector on GFD's gpu.product (NVML's name): copied from a real cluster,
+    it must select the emulated node with that GPU and no other (kube-scheduler's rule, in the placement core)."""
+    from fgpu_operator.placement.filters import node_matches
+    from fgpu_operator.placement.model import NodeSpec
+
+    def node(model):
+        cfg = parse_node_config({"version": "v1", "gpus": [{"model": model, "count": 2}]})
+        return NodeSpec(model, 1000, 1024, 2, labels=tuple(node_labels(cfg, cfg.gpu_devices("n1")).items()))
+
+    kai = (("nvidia.com/gpu.product", "NVIDIA-A100-SXM4-80GB"),)
+    assert [m for m in ("A100-80GB", "A100-40GB", "H100", "T4") if node_matches(node(m), kai, ())] == ["A100-80GB"]
+    assert dict(node("T4").labels)["nvidia.com/gpu.product"] == "Tesla-T4"

@@ -55,3 +55,26 @@ def running_plugin(k8s, node: str, config: str, secret: bytes, labels: dict[str,
             core.delete_node(node)
             print(log_path.read_text()[-3000:])
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def report_ready(core, node: str, gpu_slots: int, resource: str = "nvidia.com/gpu") -> None:
+    """What the node's kubelet does once the plugin lists its devices: reports Ready, with capacity counting
+    ListAndWatch's devices; and what the node lifecycle controller then does: lifts the not-ready taint."""
+    capacity = {"cpu": "32", "memory": "256Gi", "pods": "110", resource: str(gpu_slots)}
+    ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "stub kubelet"}
+    core.patch_node_status(node, {"status": {"capacity": capacity, "allocatable": capacity, "conditions": [ready]}})
+    core.patch_node(node, {"spec": {"taints": None}})
+
+
+def ready_node(core, kubelet: StubKubelet, node: str, slots: int, resource: str = "nvidia.com/gpu") -> list:
+    """Once the plugin has published `node`'s inventory and registered `slots` devices of `resource`, the node
+    reported Ready (`report_ready`). The devices."""
+    from polling import wait_for
+
+    from fgpu_contracts import keys
+
+    wait_for(lambda: keys.INVENTORY in (core.read_node(node).metadata.annotations or {}), 30,
+             "the plugin to publish the inventory")
+    devices = kubelet.wait_devices(resource, lambda d: len(d) == slots, timeout=20)
+    report_ready(core, node, len(devices), resource)
+    return devices

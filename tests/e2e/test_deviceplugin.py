@@ -107,7 +107,7 @@ def test_labels_inventory_and_node_resources_published(node_and_plugin):
     node = _wait(published, timeout=20)
     assert node is not None, "labels / inventory / capacity not published"
     labels = node.metadata.labels
-    assert labels["nvidia.com/gpu.product"] == "A100-SXM4-80GB"
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-80GB"  # GFD's value: NVML's name
     assert labels["nvidia.com/gpu.count"] == "2"
     inv = json.loads(node.metadata.annotations["fgpu.io/gpu-inventory"])
     assert [g["uuid"] for g in inv["gpus"]] == [g.uuid for g in cfg.gpu_devices(NODE)]

@@ -80,7 +80,7 @@ def test_gpunode_inventory_policy_crd_and_status(k8s, crd_cluster, namespace, tm
             core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
             spread = [f"s{i}" for i in range(4)]
             for name in spread:
-                core.create_namespaced_pod(namespace, share_pod(name, 100))
+                core.create_namespaced_pod(namespace, share_pod(name, 100, priority="high"))
             where = wait_for(lambda: placed(core, namespace, spread), what="4 pods bound")
             assert len({gpu for _, gpu in where.values()}) == 4  # spread over every GPU of both nodes
             assert {node for node, _ in where.values()} == {"crd-a", "crd-b"}  # crd-a: from its GPUNode only

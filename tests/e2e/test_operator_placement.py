@@ -55,7 +55,7 @@ class Form(NamedTuple):
     mig: str | None = None
     count: int = 1
     container: str = "main"
-    priority: int = 0
+    priority: int = 1  # best-effort unless the pod asks for high priority (docs/qos.md)
     resource: tuple[str, str] = (keys.GPU_RESOURCE, "1")
 
 
@@ -108,6 +108,9 @@ FORMS = {
     "aliyun-memory": Form(_form("aliyun-memory", limits={keys.ALIYUN_MEMORY: "8"}), "aliyun", 100, 8 * GIB, 100),
     "nvidia-whole-gpu": Form(_form("nvidia-whole-gpu", limits={keys.GPU_RESOURCE: "1"}), "nvidia",
                              1000, WHOLE, 100),
+    "hami-dynamic-mig": Form(_form("hami-dynamic-mig", annotations={keys.HAMI_VGPU_MODE: "mig"}, limits={
+        keys.GPU_RESOURCE: "1", keys.GPU_MEMORY_RESOURCE: "8000"}), "hami", mig="1g.10gb",
+        resource=("nvidia.com/mig-1g.10gb", "1")),
     "nvidia-mig-resource": Form(_form("nvidia-mig-resource", limits={"nvidia.com/mig-1g.10gb": "1"}), "nvidia",
                                 mig="1g.10gb", resource=("nvidia.com/mig-1g.10gb", "1")),
 }
@@ -180,6 +183,15 @@ DENIED = {  # name: (pod, HTTP status, the webhook's line)
         "metadata.annotations[fgpu.io/gpu-fraction]: '0.3' disagrees with "
         "spec.containers[main].resources[nvidia.com/gpucores]='50' on the compute share for container 'main' "
         "(300 vs 500 milli-GPU); give one of them, or equal values"),
+    "explicit zero GPUs beside a HAMi memory share": (
+        dict(limits={keys.GPU_RESOURCE: "0", keys.GPU_MEMORY_RESOURCE: "1500"}), 400,  # 1000 would read "1k"
+        "spec.containers[main].resources[nvidia.com/gpu]: '0' asks for no GPU, but "
+        "spec.containers[main].resources[nvidia.com/gpumem]='1500' asks for a share of one (allowed: "
+        "nvidia.com/gpu >= 1 with nvidia.com/gpumem, or no nvidia.com/gpumem)"),
+    "a typo in fgpu's namespace": (
+        dict(annotations={"fgpu.io/gpu-memroy": "8Gi"}), 400,
+        "metadata.annotations[fgpu.io/gpu-memroy]: unknown annotation fgpu.io/gpu-memroy; did you mean "
+        "fgpu.io/gpu-memory?"),
     "user-set hand-off annotation": (
         dict(annotations={keys.ASSIGNMENT: '{"version":"v1"}', keys.FGPU_FRACTION: "0.5"}), 403,
         "metadata.annotations[fgpu.io/assignment]: is written by fgpu's scheduler and device plugin only; remove "
@@ -205,7 +217,7 @@ DENIED = {  # name: (pod, HTTP status, the webhook's line)
              limits={keys.GPU_RESOURCE: "1", keys.GPU_MEMORY_RESOURCE: "1000"}), 400,
         "metadata.annotations[nvidia.com/vgpu-mode]: 'mps' is not supported: in fgpu, MPS is a node's sharing "
         "mode: ask for that node's replica resource (e.g. nvidia.com/gpu.shared); fractional shares run under "
-        "fgpu's quotas (allowed: hami-core)"),
+        "fgpu's quotas (allowed: hami-core, mig)"),
     "Volcano vGPU resource": (
         dict(scheduler=keys.SCHEDULER_NAME, limits={keys.VOLCANO_VGPU_NUMBER: "1"}), 400,
         "spec.containers[main].resources[volcano.sh/vgpu-number]: fgpu does not read volcano.sh's GPU resources "

@@ -59,12 +59,21 @@ def test_gpu_model_chosen_and_avoided_in_each_spelling(pods, gpu_node):
         "kubeshare-h100": (kubeshare("kubeshare-h100", on, **{keys.KUBESHARE_MODEL: "H100"}), h100),
         "hami-nouse-h100": (pod("hami-nouse-h100", on, annotations={keys.HAMI_NOUSE_TYPE: "H100"},
                                 limits=HAMI_SHARE), a100),
+        # HAMi's substring rule: A10 is part of "NVIDIA-NVIDIA A100-SXM4-40GB" (fgpu's own rule would say no)
+        "hami-use-a10": (pod("hami-use-a10", on, annotations={keys.HAMI_USE_TYPE: "a10"}, limits=HAMI_SHARE), a100),
+        "fgpu-not-a100": (share("fgpu-not-a100", on, **{keys.FGPU_MODEL_EXCLUDE: "A100"}), h100),
     }
     for name, (body, node) in cases.items():
         pods.create(body)
         assert pods.placed(name).node == node, name
+    # a deny-list naming a model fgpu does not know excludes nothing: admitted and placed
+    pods.create(pod("hami-nouse-b200", on, annotations={keys.HAMI_NOUSE_TYPE: "B200"}, limits=HAMI_SHARE))
+    assert pods.placed("hami-nouse-b200").node in on
+    # an allow-list naming a model no node has: Pending, the reason naming it (a node may join with one)
     pods.create(share("fgpu-l4", on, **{keys.FGPU_MODEL: "L4"}))
-    pods.pending("fgpu-l4", {"node(s) had no GPU of the requested model": 2})
+    pods.pending("fgpu-l4", {"GPU model not in [L4]": 2})
+    pods.create(pod("hami-b200", on, annotations={keys.HAMI_USE_TYPE: "B200"}, limits=HAMI_SHARE))
+    pods.pending("hami-b200", {"GPU model not in [B200]": 2})
 
 
 def test_gpu_uuid_chosen_and_avoided(pods, gpu_node):
@@ -75,6 +84,25 @@ def test_gpu_uuid_chosen_and_avoided(pods, gpu_node):
     assert pods.placed("nouse-1").one().uuid == "GPU-uuid-n-0"  # packing alone joins use-1 on GPU 1
     pods.create(pod("use-gone", [n], annotations={keys.HAMI_USE_UUID: "GPU-elsewhere"}, limits=HAMI_SHARE))
     pods.pending("use-gone", {GROUP_RULES: 1})
+
+
+def test_a_pod_pinned_to_a_uuid_the_node_config_gives_lands_on_that_gpu(pods, gpu_node):
+    """The inventory is the device plugin's own, from a node config that mirrors a real node's GPUs."""
+    from deviceplugin.labels import inventory
+    from deviceplugin.resources import discover
+    from fgpu_contracts.inventory import dump_inventory
+    from simgpu.nodeconfig import parse_node_config
+
+    real = ["GPU-8d2f6b1e-3c4a-4b7e-9f10-1a2b3c4d5e6f", "GPU-77a1c0de-0000-4e11-8a22-abcdefabcdef"]
+    cfg = parse_node_config({"version": "v1", "gpus": [{"model": "H100", "count": 2, "sharing": "fractional",
+                                                       "uuids": real, "pciBusIds": ["0000:3b:00.0", "0000:86:00.0"]}]})
+    name = "real-uuids"
+    devices = cfg.gpu_devices(name)
+    n = gpu_node(name, dump_inventory(inventory(cfg, name, devices, discover(cfg, name), {})))
+    pods.create(pod("pinned", [n], annotations={keys.HAMI_USE_UUID: real[1]}, limits=HAMI_SHARE))
+    assert pods.placed("pinned").one().uuid == real[1]  # packing alone takes GPU 0 of two empty ones
+    pods.create(pod("avoid", [n], annotations={keys.HAMI_NOUSE_UUID: real[1]}, limits=HAMI_SHARE))
+    assert pods.placed("avoid").one().uuid == real[0]  # packing alone joins "pinned" on the fuller GPU
 
 
 def test_affinity_group_shares_a_gpu_that_spreading_would_not(pods, gpu_node):
@@ -192,7 +220,7 @@ def test_whole_gpu_counts_take_whole_gpus_of_one_node(pods, gpu_node):
     assert sorted(d.uuid for d in two.devices["main"]) == ["GPU-whole-b-0", "GPU-whole-b-1"]
     assert {(d.milli, d.mem, d.sm) for d in two.devices["main"]} == {(1000, 80 * GIB, 100)}
     pods.create(kubeshare("ks-two", [a, b], request="2"))
-    pods.pending("ks-two", {"Insufficient GPU": 2})
+    pods.pending("ks-two", {"node(s) had fewer than 2 free GPUs": 2})
     pods.delete("small")
     placed = pods.placed("ks-two")
     assert placed.node == a and sorted(d.uuid for d in placed.devices["main"]) == ["GPU-whole-a-0", "GPU-whole-a-1"]

@@ -8,12 +8,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from operator_proc import start_operator, stop, wait_webhook_live
-from plugin_proc import running_plugin
+from operator_proc import create_admitted, operator_with_own_webhook, stop
+from plugin_proc import ready_node, running_plugin
 from polling import wait_for
 
 from devcluster import fgpu
-from devcluster.kubeplane import free_port
 from deviceplugin.api import api_pb2
 from fgpu_contracts import keys
 from simgpu.token import verify_token
@@ -25,45 +24,19 @@ CONFIG = "version: v1\ngpus: [{model: A100-80GB, count: 2, sharing: fractional}]
 
 
 def test_pod_to_allocate_env(k8s, namespace, tmp_path):
-    from kubernetes import client
-    from kubernetes.client.rest import ApiException
-
     key = ("--handoff-key-file", str(fgpu.handoff_key_file(k8s.kubeconfig)))  # the operator's: signed hand-offs
     with running_plugin(k8s, NODE, CONFIG, SECRET, labels={"fgpu-e2e": "whole-path"}, args=key) as (
             core, kubelet, cfg):
-        wait_for(lambda: keys.INVENTORY in (core.read_node(NODE).metadata.annotations or {}), 30,
-                 "the plugin to publish the inventory")
-        slots = kubelet.wait_devices("nvidia.com/gpu", lambda d: len(d) == 8, timeout=20)
-        # What the node's kubelet does: reports Ready, with capacity counting ListAndWatch's devices; and what
-        # the node lifecycle controller then does: lifts the not-ready taint the node was created with.
-        capacity = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": str(len(slots))}
-        ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "stub kubelet"}
-        core.patch_node_status(NODE, {"status": {"capacity": capacity, "allocatable": capacity,
-                                                 "conditions": [ready]}})
-        core.patch_node(NODE, {"spec": {"taints": None}})
+        slots = ready_node(core, kubelet, NODE, 8)
         # The plugin logs in as the test's admin here (in a cluster: its own service account, which the chart
         # trusts): only trusted users may write the hand-off annotations, so trust it as the chart would.
-        proc = start_operator(k8s, tmp_path, "--webhook-port", str(free_port()), "--webhook-host", "127.0.0.1",
-                              "--manage-webhook-config", "--trusted-user", "admin")
+        proc = operator_with_own_webhook(k8s, core, namespace, tmp_path)
         try:
-            with k8s.api() as api:
-                reg = client.AdmissionregistrationV1Api(api)
-                wait_for(lambda: reg.list_mutating_webhook_configuration().items, what="webhook configuration")
-            wait_webhook_live(core, namespace)
             pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "infer", "annotations": {
                        keys.FGPU_FRACTION: "0.3", keys.FGPU_MEMORY: "6Gi"}},
                    "spec": {"nodeSelector": {"fgpu-e2e": "whole-path"},
                             "containers": [{"name": "main", "image": "busybox"}]}}
-
-            def create():
-                try:
-                    return core.create_namespaced_pod(namespace, pod)
-                except ApiException as e:  # the webhook may answer a moment after its configuration exists
-                    if e.status == 400 and "fgpu" in (e.body or ""):
-                        raise
-                    return None
-
-            created = wait_for(create, what="the pod admitted")
+            created = create_admitted(core, namespace, pod)
             assert created.spec.scheduler_name == keys.SCHEDULER_NAME  # routed by the webhook
             bound = wait_for(lambda: (p := core.read_namespaced_pod("infer", namespace)).spec.node_name and p,
                              what="the pod bound",

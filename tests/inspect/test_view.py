@@ -212,7 +212,8 @@ def test_a_pod_nobody_has_tried_yet_says_so_and_shows_what_it_asked():
     assert report.request["containers"][0]["milliGpu"] == 300
     assert render(report).splitlines()[1:] == [
         "why: nothing reported yet: fgpu-scheduler has not tried this pod",
-        "asked (hami spelling): main: 1x 0.30 GPU, 8.0 GiB, SM 30%; priority low; models H100-SXM5-80GB"]
+        "asked (hami spelling): main: 1x 0.30 GPU, 8.0 GiB, SM 30%; priority low; models H100-SXM5-80GB "
+        "(fgpu's rule)"]  # an older request's `models`: catalog names, read as fgpu's filter
 
 
 def test_bound_without_assignment_and_finished_pods():

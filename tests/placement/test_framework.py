@@ -19,7 +19,8 @@ def test_failed_placement_names_a_reason_per_node():
     assert not isinstance(outcome, Unschedulable)  # 8 G2 GPUs on b
     outcome = fw.schedule(Request("p", 1000, num_gpu=8, gpu_milli=1000, gpu_models=("G2",)))
     assert isinstance(outcome, Unschedulable)
-    assert str(outcome) == "0/2 nodes are available: 1 Insufficient GPU, 1 node(s) had no GPU of the requested model."
+    assert str(outcome) == ("0/2 nodes are available: 1 node(s) had fewer than 8 free GPUs, "
+                            "1 node(s) had no GPU of the requested model.")
 
 
 def test_shared_request_goes_to_tightest_gpu_and_whole_gpus_take_first_free():

@@ -72,7 +72,9 @@ def test_memory_is_checked_once_any_pod_names_its_own():
      [node("n", "H100")], "1 node(s) had no GPU of the requested model"),
     (share(300), [NodeSpec("cpu", 32000, 1024, 0, max_pods=110)], "1 node(s) had no GPU"),
     (Request("p", 100, num_gpu=3, gpu_milli=1000, constraints=Constraints()), [node("n", "H100")],
-     "1 Insufficient GPU"),
+     "1 node(s) had fewer than 3 GPUs the pod may use"),
+    (Request("p", 100, num_gpu=2, gpu_milli=500, constraints=Constraints()), [node("n", "H100", count=1)],
+     "1 node(s) had fewer than 2 GPUs the pod may use"),
     (share(300, uuids=("GPU-elsewhere",)), [node("n", "H100")],
      "1 node(s) had no GPU allowed by the pod's GPU UUID or sharing-group rules"),
     (Request("p", 100, num_gpu=1, gpu_milli=1000, mig_profile="3g.40gb", constraints=Constraints()),
@@ -242,3 +244,18 @@ def test_no_event_sequence_over_allocates_or_loses_an_allocation(seq):
                 for u in a.gpus:
                     used[c.uuid_index[u]] += a.request.gpu_milli
             assert (np.where(c.gpu_slots, 1000 - c.gpu_left, 0) == used).all()
+
+
+def test_preempt_releases_the_victims_and_holds_their_room_for_the_preemptor():
+    lc = live(node("a", "H100", count=1))
+    lc.restore("low", share(500), "a", ("GPU-a-0",))
+    lc.restore("peer", share(400), "a", ("GPU-a-0",))
+    priority = {"low": 0, "peer": 1000}
+    outcome = lc.preempt("high", share(600), 1000, priority)
+    allocation, victims = outcome
+    assert victims == ("low",) and allocation.gpus == ("GPU-a-0",) and "low" not in lc.allocations
+    assert lc.violations() == []  # the held room is the victim's: never counted twice
+    assert isinstance(lc.schedule("late-low", share(500)), Unschedulable)  # nobody takes the held room
+    assert lc.preempt("high", share(600), 1000, priority) == (allocation, ())  # no second preemption
+    assert "no pod of lower priority" in str(lc.preempt("peer2", share(600), 1000, priority))
+    assert "preemptionPolicy is Never" in str(lc.preempt("polite", share(600), 2000, priority, policy="Never"))

@@ -3,12 +3,16 @@ constants (no GPU here): the fit must reproduce them and recover the identifiabl
 from __future__ import annotations
 
 import json
+import os
+import platform
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from simgpu.calibrate import LOOP_OPS, evaluate, fit_params
+from simgpu.calibrate import LOOP_OPS, evaluate, fit, fit_params
 from simgpu.catalog import get_gpu
 from simgpu.cli import main
 from simgpu.errors import SimgpuError
@@ -39,8 +43,7 @@ def synthetic(gpu, params) -> dict:
     }
 
 
-@pytest.fixture(scope="module")
-def truth():
+def truth_params():
     base = arch_params("hopper")
     return base.model_copy(update={
         "dram_efficiency": 0.8, "sm_bandwidth_bytes_per_s": 50e9,
@@ -50,28 +53,66 @@ def truth():
 
 
 @pytest.fixture(scope="module")
-def fitted(truth):
-    gpu = get_gpu("H100")
-    meas = synthetic(gpu, truth)
-    params, report = fit_params(meas, gpu, arch_params("hopper"), max_nfev=10)
-    return gpu, meas, params, report
+def truth():
+    return truth_params()
+
+
+#: The fit of synthetic measurements, run to convergence, printed as JSON: in a child process, since OpenBLAS
+#: reads OPENBLAS_CORETYPE once, when numpy loads.
+FIT = """
+import json, sys
+sys.path[:0] = sys.argv[1:]
+from test_calibrate import synthetic, truth_params
+from simgpu.calibrate import evaluate, fit
+from simgpu.catalog import get_gpu
+from simgpu.perf import arch_params
+from simgpu.profile import with_params
+gpu = get_gpu("H100")
+meas = synthetic(gpu, truth_params())
+result = fit(meas, gpu, arch_params("hopper"))
+p = result.params
+print(json.dumps({"converged": result.converged, "report": result.report,
+                  "before": evaluate(with_params(gpu, arch_params("hopper")), meas),
+                  "dram_efficiency": p.dram_efficiency, "sm_bandwidth": p.sm_bandwidth_bytes_per_s,
+                  "floor_bf16": p.floor("bf16")}))
+"""
+
+#: OpenBLAS as it picks its kernels itself, and forced to its Haswell kernels (set on some of this project's AMD
+#: EPYC machines): a fit stopped early landed 5% apart on the two (dram_efficiency 0.837 against 0.800).
+BLAS_SETTINGS = [None] + (["Haswell"] if platform.machine() in ("x86_64", "AMD64") else [])
+
+
+@pytest.fixture(scope="module", params=BLAS_SETTINGS, ids=lambda v: f"OPENBLAS_CORETYPE={v or 'unset'}")
+def fitted(request):
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    if request.param:
+        env["OPENBLAS_CORETYPE"] = request.param
+    here = Path(__file__).resolve().parent
+    done = subprocess.run([sys.executable, "-c", FIT, str(here.parents[1]), str(here)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
 
 
 @pytest.mark.slow
-def test_fit_reproduces_synthetic_measurements(fitted):
-    gpu, meas, params, report = fitted
-    before = evaluate(with_params(gpu, arch_params("hopper")), meas)
-    assert before["copy"]["median_abs_error"] > 0.08  # the defaults really are off for this "GPU"
+def test_fit_converges_and_reproduces_synthetic_measurements(fitted):
+    assert fitted["converged"]
+    assert fitted["before"]["copy"]["median_abs_error"] > 0.08  # the defaults really are off for this "GPU"
     for group in ("gemm", "copy", "mps"):
-        assert report[group]["median_abs_error"] < 0.03, (group, report)
+        assert fitted["report"][group]["median_abs_error"] < 0.03, (group, fitted["report"])
 
 
 @pytest.mark.slow
 def test_fit_recovers_identifiable_constants(fitted, truth):
-    _, _, params, _ = fitted
-    assert params.dram_efficiency == pytest.approx(truth.dram_efficiency, rel=0.03)
-    assert params.sm_bandwidth_bytes_per_s == pytest.approx(truth.sm_bandwidth_bytes_per_s, rel=0.15)
-    assert params.floor("bf16") == pytest.approx(45e-6, rel=0.05)
+    assert fitted["dram_efficiency"] == pytest.approx(truth.dram_efficiency, rel=0.03)
+    assert fitted["sm_bandwidth"] == pytest.approx(truth.sm_bandwidth_bytes_per_s, rel=0.15)
+    assert fitted["floor_bf16"] == pytest.approx(45e-6, rel=0.05)
+
+
+def test_a_fit_stopped_by_its_budget_says_so(truth):
+    gpu = get_gpu("H100")
+    stopped = fit(synthetic(gpu, truth), gpu, arch_params("hopper"), max_nfev=2)
+    assert not stopped.converged and stopped.evaluations == 2
 
 
 @pytest.mark.parametrize("profile, measurements", [
@@ -84,8 +125,6 @@ def test_committed_profiles_still_fit_their_copy_and_add(profile, measurements):
     fact: both GPUs measured the add faster than the copy, which a 1-input add can never be."""
     root = Path(__file__).resolve().parents[2]
     path = root / "bench" / "data" / measurements
-    if not path.is_file():
-        pytest.skip(f"{path} not present")
     recorded = yaml.safe_load((root / "simgpu" / "profiles" / profile).read_text())["fit"]["after"]["copy"]
     now = evaluate(load_gpu(str(root / "simgpu" / "profiles" / profile)), json.loads(path.read_text()))["copy"]
     assert now["n"] == recorded["n"] == 2
@@ -161,10 +200,7 @@ def test_calibrate_without_gpu_or_measurements_exits_2(tmp_path, capsys):
 def test_measurement_set_covers_the_reference_protocol():
     from simgpu.calibrate_measure import gemm_cases
 
-    path = Path("/work/shared/calibration/h100_reference.json")
-    if not path.is_file():
-        pytest.skip("shared calibration file not present")
-    ref = json.loads(path.read_text())
+    ref = json.loads((Path(__file__).resolve().parents[2] / "calibration" / "h100_reference.json").read_text())
     ours = set(gemm_cases())
     assert {(g["m"], g["n"], g["k"], g["dtype"]) for g in ref["gemm"]} <= ours
     assert (4096, 4096, 4095, "fp16") in ours and (4095, 4096, 4096, "fp16") in ours  # which dim needs alignment

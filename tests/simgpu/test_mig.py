@@ -297,3 +297,13 @@ def test_double_memory_1g_profiles_get_one_eighth_of_l2():
     assert one20.mem_bw_bytes_per_s == pytest.approx(h100.mem_bw_bytes_per_s / 4)
     assert one20.sms == 26
     assert instance_spec("H200", "1g.35gb").l2_bytes == get_gpu("H200").l2_bytes // 8
+
+
+def test_placed_layout_problem_checks_fixed_positions_with_the_same_rules():
+    from simgpu.mig import placed_layout_problem
+
+    assert placed_layout_problem("H100", [("3g.40gb", 4), ("1g.10gb", 0), ("1g.10gb", 3)]) is None
+    assert placed_layout_problem("H100", [("3g.40gb", 2)]) == "3g.40gb cannot start at memory slice 2 (allowed: 0, 4)"
+    assert placed_layout_problem("H100", [("3g.40gb", 4), ("1g.10gb", 5)]) == "1g.10gb@5 overlaps 3g.40gb@4"
+    assert "at most 1 can exist" in placed_layout_problem("H100", [("4g.40gb", 0), ("4g.40gb", 0)])
+    assert "needs 8 compute slices, the GPU has 7" in placed_layout_problem("H100", [("4g.40gb", 0), ("2g.20gb", 4), ("2g.20gb", 6)])

@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 pytest.importorskip("simgpu.perf")
 
-from fgpu_operator.sim.interference import (  # noqa: E402
+from fgpu_operator.placement.interference import (  # noqa: E402
     InterferenceModel,
     SharingWorkload,
     active_count_distribution,

@@ -162,7 +162,9 @@ def test_cli_timeline_json(capsys, small_trace):
 
 DOCUMENTED_KEYS = {"policy", "trace", "mode", "seed", "arrival_speedup", "offered_load", "busy_period_s",
                    "alloc_pct", "requested_pct", "alloc_over_time", "pods_placed", "pods_waited",
-                   "pods_waiting_at_end", "pods_unplaceable", "queue_delay_s", "slowdown_by_qos", "slowdown_model"}
+                   "pods_waiting_at_end", "pods_unplaceable", "queue_delay_s", "slowdown_by_qos", "slowdown_model",
+                   "served_pct", "pods_preempted", "mig_reconfigurations", "mig_reconfigurations_per_hour",
+                   "pending_s_by_priority"}
 
 
 def test_cli_load_on_the_default_trace(capsys):

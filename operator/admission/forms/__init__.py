@@ -9,6 +9,7 @@ from ..config import AdmissionConfig
 from ..podview import PodView
 from . import aliyun, canonical, fgpu, hami, kai, kubeshare, nvidia
 from .foreign import refuse as refuse_foreign
+from .nvidia import refuse_zero_beside_share
 
 FORMS = (canonical, fgpu, kai, kubeshare, hami, aliyun, nvidia)
 
@@ -21,4 +22,4 @@ def hint_claims(view: PodView, config: AdmissionConfig) -> list[Claim]:
     return [c for form in FORMS if hasattr(form, "hints") for c in form.hints(view, config)]
 
 
-__all__ = ["FORMS", "container_claims", "hint_claims", "refuse_foreign"]
+__all__ = ["FORMS", "container_claims", "hint_claims", "refuse_foreign", "refuse_zero_beside_share"]

@@ -16,7 +16,7 @@ from fgpu_contracts.request import GpuRequest, load_request
 
 from ..claims import first_error
 from ..config import AdmissionConfig
-from ..gpus import mig_profile, resolve_models
+from ..gpus import mig_profile, model_names
 from ..podview import PodView
 from ..quantity import show
 from .common import Claims, choice, group, note, tokens
@@ -60,9 +60,10 @@ def hints(view: PodView, config: AdmissionConfig) -> Claims:
         return out
     out.add("source", req.source, req.source, field)
     out.add("priority", req.priority, req.priority, field)
-    for attr in ("models", "exclude_models"):
-        if names := getattr(req, attr):
-            out.add(attr, resolve_models(",".join(names), field), ",".join(names), field)
+    for f in req.model_filters:
+        checked = f.model_copy(update={k: model_names(",".join(v), field) for k in ("allow", "deny")
+                                       if (v := getattr(f, k))})
+        out.add(f"model_filter.{f.rule}", checked, ",".join(f.allow + f.deny), field)
     for attr in ("uuids", "exclude_uuids"):
         if ids := getattr(req, attr):
             out.add(attr, tokens(",".join(ids), field, "GPU UUIDs"), ",".join(ids), field)
@@ -73,6 +74,7 @@ def hints(view: PodView, config: AdmissionConfig) -> Claims:
     for attr in _GROUPS:
         if (name := getattr(req, attr)) is not None:
             out.add(attr, group(name, field), name, field)
-    if req.slo_slowdown is not None:
-        out.add("slo_slowdown", req.slo_slowdown, str(req.slo_slowdown), field)
+    for attr in ("slo_slowdown", "duty_cycle", "slo_filter"):
+        if (value := getattr(req, attr)) is not None:
+            out.add(attr, value, str(value), field)
     return out

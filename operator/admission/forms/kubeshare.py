@@ -11,10 +11,10 @@ import math
 
 from fgpu_contracts import keys
 from fgpu_contracts.errors import InputError
-from fgpu_contracts.request import MILLI
+from fgpu_contracts.request import MILLI, ModelFilter
 
 from ..config import AdmissionConfig
-from ..gpus import resolve_models
+from ..gpus import model_names
 from ..podview import PodView, label_field
 from ..quantity import parse_number, show, whole
 from .common import Claims, group
@@ -36,6 +36,10 @@ def containers(view: PodView, config: AdmissionConfig) -> Claims:
                              field=label_field(key), allowed=_ALLOWED)
     req, lim = parse_number(*request, allowed=_ALLOWED), parse_number(*limit, allowed=_ALLOWED)
     if req == 0 and lim == 0:
+        if mem and parse_number(*mem) != 0:  # KubeShare would drop the memory; a pod asking none gets none
+            raise InputError(f"{show(mem[0])} bytes of GPU memory, but {request[1]}={show(request[0])} and "
+                             f"{limit[1]}={show(limit[0])} ask for no GPU", field=mem[1],
+                             allowed=["a request and limit above 0", "or no gpu_mem"])
         return Claims(SOURCE)  # KubeShare: a regular pod
     if req == 0:
         raise InputError(f"{show(request[0])} guarantees no share: KubeShare's opportunistic pods are not supported",
@@ -58,8 +62,12 @@ def containers(view: PodView, config: AdmissionConfig) -> Claims:
 
 def hints(view: PodView, config: AdmissionConfig) -> Claims:
     out = Claims(SOURCE)
-    if got := view.meta(keys.KUBESHARE_MODEL):
-        out.add("models", resolve_models(*got), *got)
+    if got := view.meta(keys.KUBESHARE_MODEL):  # one model, compared for equality (KubeShare's rule)
+        names = model_names(*got)
+        if len(names) > 1:
+            raise InputError(f"{show(got[0])} names {len(names)} models; KubeShare's gpu_model names one",
+                             field=got[1], allowed=["one GPU model name, e.g. NVIDIA-A100-SXM4-80GB"])
+        out.add("model_filter.kubeshare", ModelFilter(rule="kubeshare", allow=names), *got)
     if got := view.meta(keys.KUBESHARE_PRIORITY):
         level = -1 if got[0].strip() == "-1" else whole(parse_number(*got), *got, 0, 100, "a KubeShare priority")
         out.add("priority", "high" if level > 0 else "low", *got)  # 0 (and -1): opportunistic

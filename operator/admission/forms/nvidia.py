@@ -6,6 +6,7 @@ from __future__ import annotations
 from fgpu_contracts import keys
 from fgpu_contracts.errors import InputError
 
+from ..claims import Claim
 from ..config import AdmissionConfig
 from ..gpus import is_mig_profile_name, mig_profile
 from ..podview import ContainerView, PodView
@@ -37,6 +38,26 @@ def mig_resources(c: ContainerView) -> list[tuple[str, str]]:
         if is_mig_profile_name(name):
             out.append((key, mig_profile(name, c.resource_field(key))))
     return out
+
+
+def refuse_zero_beside_share(view: PodView, config: AdmissionConfig, claims: list[Claim]) -> None:
+    """An explicit `nvidia.com/gpu: 0` asks for no GPU: a share asked for the same container in any spelling
+    (HAMi's gpumem / gpucores, fgpu's or KAI's annotations, Aliyun's gpu-mem) contradicts it, and a request
+    for no GPU must not become one. Refused, naming both fields. (A MIG instance beside it is another
+    resource, not a contradiction.)"""
+    gpu = config.resources.gpu
+    for c in view.containers:
+        if device_count(c, gpu) is not None or c.resource(gpu) is None:
+            continue
+        mine = [claim for claim in claims if claim.container == c.name]
+        if any(claim.attr == "mig_profile" for claim in mine):
+            continue  # no whole GPU and a MIG instance: two resources, no contradiction
+        other = mine[0] if mine else None
+        if other is not None:
+            key = other.field.rsplit("[", 1)[-1].rstrip("]")
+            raise InputError(f"{show(c.resource(gpu))} asks for no GPU, but {other.field}={show(other.text)} asks "
+                             "for a share of one", field=c.resource_field(gpu),
+                             allowed=[f"{gpu} >= 1 with {key}", f"or no {key}"])
 
 
 def containers(view: PodView, config: AdmissionConfig) -> Claims:

@@ -1,5 +1,5 @@
 """`random`: one feasible node drawn uniformly per request (the simulator's RandomScore gives it the top score
-in PreScore); a shared request goes to a random fitting GPU on it."""
+in PreScore); a shared request goes to a random fitting GPU on it (a share on N GPUs: N distinct ones)."""
 from __future__ import annotations
 
 import numpy as np
@@ -22,4 +22,6 @@ class RandomPolicy(BasePolicy):
         if not request.is_share:
             return super().choose_gpus(request, node)
         fits = np.flatnonzero(gpu_fit(self.cluster, request, node))
-        return (int(fits[self.rng.integers(fits.size)]),)
+        if request.num_gpu == 1:  # one draw, as the simulator's
+            return (int(fits[self.rng.integers(fits.size)]),)
+        return tuple(sorted(int(g) for g in self.rng.choice(fits, request.num_gpu, replace=False)))

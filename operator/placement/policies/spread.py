@@ -1,6 +1,7 @@
 """HAMi's node policies, for live clusters: `binpack` fills the most-allocated node that fits (fewer nodes
 busy, whole GPUs kept free), `spread` the least-allocated one (less interference between pods). Within the
-node, binpack takes the GPU with the least room, spread the one with the most."""
+node, binpack takes the GPU with the least room, spread the one with the most (a share on N GPUs: the N
+fullest or the N emptiest that fit)."""
 from __future__ import annotations
 
 import numpy as np
