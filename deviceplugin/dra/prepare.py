@@ -125,15 +125,18 @@ def check_commitment(devices: NodeDevices, prepared: Iterable[Allocated], new: l
             if dev.name in in_use:
                 return f"device {dev.name} is already held by {in_use[dev.name]}"
             in_use[dev.name] = label
-    used: dict[str, dict[str, int]] = {}
+    used: dict[tuple[str, str], int] = {}
+    holders: dict[tuple[str, str], list[str]] = {}  # (counter set, counter) -> devices that took it
     for name, holder in in_use.items():
         dev = devices.by_name[name]
-        counters = used.setdefault(dev.counter_set, {})
         for counter, amount in dev.consumes.items():
-            counters[counter] = counters.get(counter, 0) + amount
-            if counters[counter] > devices.counter_sets[dev.counter_set][counter]:
-                return (f"device {dev.name} ({holder}) overlaps another device of GPU {dev.gpu.index} already "
-                        f"held on this node ({dev.counter_set}/{counter})")
+            key = (dev.counter_set, counter)
+            used[key] = used.get(key, 0) + amount
+            if used[key] > devices.counter_sets[dev.counter_set][counter]:
+                others = ", ".join(holders.get(key, [])) or "other devices"
+                return (f"device {dev.name} ({holder}) overlaps {others} on GPU {dev.gpu.index} "
+                        f"({dev.counter_set}/{counter})")
+            holders.setdefault(key, []).append(name)
     return None
 
 
