@@ -28,9 +28,11 @@ ATTR_MIG_START = "memorySliceStart"  # MIG devices: the first memory slice of th
 ATTR_INDEX = "index"  # the GPU's index on its node
 ATTR_POOL = "pool"  # fgpu's node pool (the chart's nodePools[].name)
 
-# capacities (device.capacity["gpu.fgpu.io"].<name>; ResourceClaim requests name them "gpu.fgpu.io/<name>")
-CAP_MEMORY = "memory"
-CAP_SM_SHARE = "smShare"  # percent of the GPU's SMs: 100 is all of them
+# capacities, published under their full names: a claim's capacity.requests and the allocation's
+# consumedCapacity match them by the literal key, so a user writes "gpu.fgpu.io/memory: 8Gi" (CEL reads them
+# as device.capacity["gpu.fgpu.io"].memory)
+CAP_MEMORY = f"{DRIVER}/memory"
+CAP_SM_SHARE = f"{DRIVER}/smShare"  # percent of the GPU's SMs: 100 is all of them
 
 MEMORY_STEP = 256 << 20  # shares' memory is consumed in 256Mi steps
 

@@ -67,7 +67,7 @@ def driver(short_dir, claims):
 
 def _share(name: str, uid: str, memory: str, sm: str, device: str = "gpu-0-shared") -> dict:
     return allocated_claim(name, uid, [{"device": device, "shareID": f"share-{uid}",
-                                        "consumedCapacity": {"memory": memory, "smShare": sm}}])
+                                        "consumedCapacity": {"gpu.fgpu.io/memory": memory, "gpu.fgpu.io/smShare": sm}}])
 
 
 def _cdi_env(short_dir: str, uid: str) -> dict[str, str]:

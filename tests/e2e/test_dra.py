@@ -1,0 +1,208 @@
+"""fgpu-dra's objects against a real 1.37 control plane (no kubelet: the kubelet plugin is driven in process).
+
+- The apiserver's own validation accepts our DeviceClasses and the ResourceSlices of several node configs
+  (counter sets in their own slices, partitionable MIG devices, consumable capacity, taints); publishing the
+  same again writes nothing, a health change publishes a new pool generation with the taint.
+- kube-scheduler's DRA plugin, unchanged, allocates claims on a KWOK node from those slices: two claims for
+  "8Gi and 30%" share one GPU's shared device (consumedCapacity and shareIDs filled), a MIG claim takes a
+  placement on the other GPU, and a claim that fits nowhere (a whole GPU, another 50% share) stays Pending
+  with kube-scheduler's own reason: the counters keep whole, shared and MIG devices apart.
+- The kubelet plugin prepares the claims kube-scheduler allocated, reading them from the apiserver.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from dra_support import SECRET, StubKubelet
+from polling import wait_for
+
+from deviceplugin.allocate import AllocContext
+from deviceplugin.dra.classes import device_classes
+from deviceplugin.dra.devices import node_devices
+from deviceplugin.dra.kube import GROUP, VERSION, KubeClaims, SlicePublisher
+from deviceplugin.dra.plugin import DriverState, KubeletPlugin
+from deviceplugin.dra.slices import resource_slices
+from deviceplugin.dra.state import CHECKPOINT_NAME, Checkpoint, cdi_spec_path
+from deviceplugin.labels import Health
+from fgpu_contracts import dra as names
+from simgpu import env
+from simgpu.nodeconfig import parse_node_config
+from simgpu.token import verify_token
+
+REPO = Path(__file__).resolve().parents[2]
+GIB = 1 << 30
+CONFIGS = {
+    "mixed": """
+version: v1
+migStrategy: mixed
+gpus:
+  - {model: A100-80GB, count: 2, sharing: fractional}
+  - {model: T4}
+  - {model: H100, mig: {layout: [4g.40gb, 3g.40gb]}}
+fractional: {resources: {gpu: fgpu.io/vgpu}}
+""",
+    "big": """
+version: v1
+gpus:
+  - {model: H100, count: 10, sharing: fractional}
+fractional: {resources: {gpu: fgpu.io/vgpu}}
+""",
+    "two": """
+version: v1
+gpus:
+  - {model: A100-80GB, count: 2, sharing: fractional}
+""",
+}
+
+
+def _objects(api):
+    from kubernetes import client
+
+    return client.CustomObjectsApi(api)
+
+
+@pytest.fixture(scope="module")
+def classes(k8s):
+    with k8s.api() as api:
+        objs = _objects(api)
+        for cls in device_classes():
+            objs.create_cluster_custom_object(GROUP, VERSION, "deviceclasses", cls)
+    yield
+    with k8s.api() as api:
+        objs = _objects(api)
+        for cls in device_classes():
+            objs.delete_cluster_custom_object(GROUP, VERSION, "deviceclasses", cls["metadata"]["name"])
+
+
+def _publish(api, node: str, config: str, health=None) -> tuple[SlicePublisher, int]:
+    devices = node_devices(parse_node_config(yaml.safe_load(config)), node)
+    publisher = SlicePublisher(api, node)
+    generation = publisher.publish(lambda g: resource_slices(node, devices, health or {}, "default", g))
+    return publisher, generation
+
+
+def test_apiserver_accepts_our_classes_and_slices(k8s, classes):
+    with k8s.api() as api:
+        for key, config in CONFIGS.items():
+            node = f"dra-validate-{key}"
+            publisher, first = _publish(api, node, config)
+            try:
+                stored = publisher.existing()
+                devices = node_devices(parse_node_config(yaml.safe_load(config)), node)
+                assert sum(len(s["spec"].get("devices", [])) for s in stored.values()) == len(devices.devices)
+                assert _publish(api, node, config)[1] == first  # nothing changed: nothing written
+                sick = {devices.devices[0].gpu.uuid: Health(False, 79)}
+                second = _publish(api, node, config, sick)[1]
+                assert second == first + 1
+                stored = publisher.existing()
+                assert {s["spec"]["pool"]["generation"] for s in stored.values()} == {second}
+                tainted = [d for s in stored.values() for d in s["spec"].get("devices", []) if d.get("taints")]
+                assert tainted and tainted[0]["taints"][0]["key"] == names.TAINT_UNHEALTHY
+            finally:
+                publisher.withdraw()
+            assert publisher.existing() == {}
+
+
+def test_apiserver_accepts_the_example_claims(k8s, classes):
+    """deploy/dra's ResourceClaimTemplates (the capacity requests' keys, the CEL selector) pass validation."""
+    with k8s.api() as api:
+        objs = _objects(api)
+        templates = [d for f in ("claim-share.yaml", "claim-forms.yaml")
+                     for d in yaml.safe_load_all((REPO / "deploy" / "dra" / f).read_text())
+                     if d["kind"] == "ResourceClaimTemplate"]
+        assert len(templates) == 4
+        for template in templates:
+            objs.create_namespaced_custom_object(GROUP, VERSION, "default", "resourceclaimtemplates", template,
+                                                 dry_run="All")
+
+
+def _claim(name: str, cls: str, capacity: dict | None = None) -> dict:
+    exactly = {"deviceClassName": cls, **({"capacity": {"requests": capacity}} if capacity else {})}
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}}
+
+
+def _pod(name: str, claim: str, node: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"nodeSelector": {"kubernetes.io/hostname": node},
+                     "tolerations": [{"operator": "Exists"}],
+                     "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
+                     "containers": [{"name": "main", "image": "busybox", "resources": {"claims": [{"name": "gpu"}]}}]}}
+
+
+SHARE_8G_30 = {names.CAP_MEMORY: "8Gi", names.CAP_SM_SHARE: "30"}
+
+
+def test_kube_scheduler_allocates_from_our_slices_and_the_driver_prepares(
+        k8s, classes, kube_scheduler, make_kwok_node, namespace, tmp_path):
+    from kubernetes import client
+
+    node = "dra-kwok-0"
+    make_kwok_node(node, {})
+    with k8s.api() as api:
+        objs, core = _objects(api), client.CoreV1Api(api)
+        publisher, _ = _publish(api, node, CONFIGS["two"])
+        try:
+            wanted = [("c1", names.CLASS_SHARE, SHARE_8G_30), ("c2", names.CLASS_SHARE, SHARE_8G_30),
+                      ("mig", names.mig_class("3g.40gb"), None),
+                      ("c3", names.CLASS_SHARE, {names.CAP_MEMORY: "8Gi", names.CAP_SM_SHARE: "50"}),
+                      ("whole", names.CLASS_GPU, None)]
+            for claim, cls, capacity in wanted:  # one at a time: each sees the ones before it allocated
+                objs.create_namespaced_custom_object(GROUP, VERSION, namespace, "resourceclaims",
+                                                     _claim(claim, cls, capacity))
+                core.create_namespaced_pod(namespace, _pod(f"p-{claim}", claim, node))
+                if claim in ("c1", "c2", "mig"):
+                    wait_for(lambda c=claim: core.read_namespaced_pod(f"p-{c}", namespace).spec.node_name,
+                             60, f"pod p-{claim} bound")
+            got = {c: objs.get_namespaced_custom_object(GROUP, VERSION, namespace, "resourceclaims", c)
+                   for c, _, _ in wanted}
+            results = {c: (got[c].get("status", {}).get("allocation") or {}).get("devices", {}).get("results", [])
+                       for c in got}
+            assert [r["device"] for r in results["c1"]] == ["gpu-0-shared"]
+            assert [r["device"] for r in results["c2"]] == ["gpu-0-shared"]
+            for c in ("c1", "c2"):
+                assert results[c][0]["consumedCapacity"] == {names.CAP_MEMORY: "8Gi", names.CAP_SM_SHARE: "30"}
+            assert results["c1"][0]["shareID"] != results["c2"][0]["shareID"]
+            # first fit: gpu-0's MIG placements are blocked by its shares, so the first free one is on gpu-1
+            assert [r["device"] for r in results["mig"]] == ["gpu-1-mig-3g-40gb-0"]
+
+            def pending_reason(pod: str):
+                conds = core.read_namespaced_pod(pod, namespace).status.conditions or []
+                return next((c.message for c in conds if c.type == "PodScheduled" and c.status == "False"
+                             and c.reason == "Unschedulable"), None)
+
+            for c in ("c3", "whole"):  # 40% left on gpu-0's shares; gpu-1 holds a MIG instance
+                message = wait_for(lambda c=c: pending_reason(f"p-{c}"), 60, f"pod p-{c} Unschedulable")
+                assert "0/" in message and "claim" in message, message
+                assert not results[c]
+
+            # the kubelet plugin prepares what kube-scheduler allocated, reading the claims from the API
+            devices = node_devices(parse_node_config(yaml.safe_load(CONFIGS["two"])), node)
+            state = DriverState(node, devices, AllocContext(node_name=node, secret=SECRET),
+                                Checkpoint(os.path.join(tmp_path, CHECKPOINT_NAME)), str(tmp_path / "cdi"),
+                                KubeClaims(api))
+            short = Path(f"/tmp/dra-e2e-{os.getpid()}")
+            plugin = KubeletPlugin(state, str(short / "reg"), str(short / "plugins"))
+            plugin.start()
+            kubelet = StubKubelet(plugin.registration_socket)
+            try:
+                kubelet.register()
+                refs = [(namespace, c, got[c]["metadata"]["uid"]) for c in ("c1", "c2", "mig")]
+                out = kubelet.prepare(*refs).claims
+                assert all(out[uid].error == "" for _, _, uid in refs), {u: out[u].error for _, _, u in refs}
+                with open(cdi_spec_path(str(tmp_path / "cdi"), refs[0][2])) as fh:
+                    edits = yaml.safe_load(fh)["devices"][0]["containerEdits"]["env"]
+                grant = verify_token(SECRET, dict(e.split("=", 1) for e in edits)[env.CONTEXT_TOKEN])
+                assert (grant.mem_limit_bytes, grant.sm_limit_pct, grant.pod_name) == (8 * GIB, 30, "p-c1")
+            finally:
+                kubelet.close()
+                plugin.stop()
+                import shutil
+
+                shutil.rmtree(short, ignore_errors=True)
+        finally:
+            core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+            publisher.withdraw()
