@@ -7,6 +7,7 @@ the pool's slice count, so a consumer never mixes slices of two publications.
 """
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 
 from deviceplugin.dra.devices import DraDevice, NodeDevices
@@ -100,7 +101,12 @@ def _chunks(items: list, size: int) -> list[list]:
 
 
 def slice_name(node: str, what: str, k: int) -> str:
-    return f"{node}-{names.DRIVER}-{what}-{k}"
+    """`<node>-gpu.fgpu.io-<counters|devices>-<k>`; a node name too long for that (object names stop at 253)
+    is cut and followed by a digest of the whole, so two long names never meet."""
+    suffix = f"-{names.DRIVER}-{what}-{k}"
+    if len(node) + len(suffix) > 253:
+        node = f"{node[:200].rstrip('.-')}-{hashlib.sha256(node.encode()).hexdigest()[:16]}"
+    return node + suffix
 
 
 def resource_slices(node: str, devices: NodeDevices, health: Mapping[str, Health], pool: str,

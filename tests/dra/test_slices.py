@@ -88,3 +88,11 @@ def test_committed_device_classes_are_generated():
 def test_committed_examples_parse():
     for path in sorted((REPO / "deploy" / "dra").glob("*.yaml")):
         assert list(yaml.safe_load_all(path.read_text())), path
+
+
+def test_slice_names_stay_valid_for_long_node_names():
+    from deviceplugin.dra.slices import slice_name
+
+    a, b = "n" * 240 + "a", "n" * 240 + "b"
+    assert len(slice_name(a, "devices", 3)) <= 253 and slice_name(a, "devices", 3) != slice_name(b, "devices", 3)
+    assert slice_name("node-1", "counters", 0) == "node-1-gpu.fgpu.io-counters-0"
