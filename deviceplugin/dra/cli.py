@@ -12,7 +12,6 @@ import argparse
 import functools
 import logging
 import os
-import signal
 import sys
 import threading
 
@@ -22,10 +21,10 @@ from deviceplugin.dra.plugin import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR, D
 from deviceplugin.dra.slices import resource_slices
 from deviceplugin.dra.state import CHECKPOINT_NAME, DEFAULT_CDI_DIR, Checkpoint
 from deviceplugin.health import start_health
+from deviceplugin.process import serve_until_signalled
 from deviceplugin.server import HealthBoard
 from deviceplugin.statedir import DEFAULT_STATE_DIR, STATE_DIR_ENV, prepare_state_dir
 from fgpu_contracts.cli import OneLineParser
-from fgpu_contracts.errors import InputError
 from simgpu.errors import SimgpuError
 from simgpu.nodeconfig import load_node_config, resolve_node_name
 from simgpu.token import load_or_create_secret
@@ -109,21 +108,7 @@ class Driver:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        driver = Driver(args)
-        driver.start()
-    except InputError as err:  # SimgpuError included
-        print(f"fgpu-dra: error: {err}", file=sys.stderr)
-        return 2
-    except OSError as err:
-        print(f"fgpu-dra: error: {err.filename or ''}: {err.strerror or err}", file=sys.stderr)
-        return 2
-    done = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: done.set())
-    done.wait()
-    driver.stop()
-    return 0
+    return serve_until_signalled("fgpu-dra", lambda: Driver(args))
 
 
 if __name__ == "__main__":
