@@ -33,10 +33,15 @@ class KubeClaims:
 
 
 def _same(a: Mapping, b: Mapping) -> bool:
-    """Two slice specs equal but for the pool's generation (which every publication raises)."""
+    """Two slice specs equal but for the pool's generation (which every publication raises) and the taints'
+    timeAdded (which the apiserver stamps on a taint that has none)."""
     def strip(spec: Mapping) -> dict:
         spec = dict(spec)
         spec["pool"] = {k: v for k, v in spec.get("pool", {}).items() if k != "generation"}
+        if "devices" in spec:
+            spec["devices"] = [dict(d, taints=[{k: v for k, v in t.items() if k != "timeAdded"}
+                                               for t in d["taints"]]) if d.get("taints") else d
+                               for d in spec["devices"]]
         return spec
     return strip(a) == strip(b)
 

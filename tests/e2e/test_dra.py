@@ -97,6 +97,7 @@ def test_apiserver_accepts_our_classes_and_slices(k8s, classes):
                 sick = {devices.devices[0].gpu.uuid: Health(False, 79)}
                 second = _publish(api, node, config, sick)[1]
                 assert second == first + 1
+                assert _publish(api, node, config, sick)[1] == second  # the stamped taint is no change
                 stored = publisher.existing()
                 assert {s["spec"]["pool"]["generation"] for s in stored.values()} == {second}
                 tainted = [d for s in stored.values() for d in s["spec"].get("devices", []) if d.get("taints")]
