@@ -7,11 +7,18 @@
   "8Gi and 30%" share one GPU's shared device (consumedCapacity and shareIDs filled), a MIG claim takes a
   placement on the other GPU, and a claim that fits nowhere (a whole GPU, another 50% share) stays Pending
   with kube-scheduler's own reason: the counters keep whole, shared and MIG devices apart.
-- The kubelet plugin prepares the claims kube-scheduler allocated, reading them from the apiserver.
+- `fgpu-dra`, run as a process for the KWOK node, published those slices; its kubelet plugin, driven by a stub
+  kubelet, prepares the claims kube-scheduler allocated (reading them from the apiserver), and after a
+  restart answers them the same way.
 """
 from __future__ import annotations
 
-import os
+import contextlib
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,13 +26,11 @@ import yaml
 from dra_support import SECRET, StubKubelet
 from polling import wait_for
 
-from deviceplugin.allocate import AllocContext
 from deviceplugin.dra.classes import device_classes
 from deviceplugin.dra.devices import node_devices
-from deviceplugin.dra.kube import GROUP, VERSION, KubeClaims, SlicePublisher
-from deviceplugin.dra.plugin import DriverState, KubeletPlugin
+from deviceplugin.dra.kube import GROUP, VERSION, SlicePublisher
 from deviceplugin.dra.slices import resource_slices
-from deviceplugin.dra.state import CHECKPOINT_NAME, Checkpoint, cdi_spec_path
+from deviceplugin.dra.state import cdi_spec_path
 from deviceplugin.labels import Health
 from fgpu_contracts import dra as names
 from simgpu import env
@@ -137,16 +142,57 @@ def _pod(name: str, claim: str, node: str) -> dict:
 SHARE_8G_30 = {names.CAP_MEMORY: "8Gi", names.CAP_SM_SHARE: "30"}
 
 
+@contextlib.contextmanager
+def running_driver(k8s, node: str, config: str, workdir: Path) -> Iterator[Path]:
+    """`fgpu-dra` as a real process for `node`, its sockets, state and CDI specs under `workdir`; yields the
+    registration socket; stops it (SIGTERM) and prints its log's tail."""
+    (workdir / "secret").write_bytes(SECRET)
+    cfg = workdir / "node.yaml"
+    cfg.write_text(config + f"tokenSecretFile: {workdir}/secret\n")
+    log_path = workdir / "driver.log"
+    with open(log_path, "a") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "deviceplugin.dra.cli", "--config", str(cfg), "--node-name", node,
+             "--kubeconfig", str(k8s.kubeconfig), "--state-dir", str(workdir / "state"),
+             "--cdi-dir", str(workdir / "cdi"), "--registry-dir", str(workdir / "reg"),
+             "--plugins-dir", str(workdir / "plugins"), "--daemon-socket", "/run/fgpu/daemon.sock"],
+            cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        yield workdir / "reg" / f"{names.DRIVER}-reg.sock"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        print(log_path.read_text()[-3000:])
+
+
+def _registered(socket: Path) -> StubKubelet | None:
+    if not socket.exists():
+        return None
+    kubelet = StubKubelet(str(socket))
+    try:
+        kubelet.register()
+    except Exception:
+        kubelet.close()
+        return None
+    return kubelet
+
+
 def test_kube_scheduler_allocates_from_our_slices_and_the_driver_prepares(
-        k8s, classes, kube_scheduler, make_kwok_node, namespace, tmp_path):
+        k8s, classes, kube_scheduler, make_kwok_node, namespace):
     from kubernetes import client
 
     node = "dra-kwok-0"
     make_kwok_node(node, {})
-    with k8s.api() as api:
+    workdir = Path(tempfile.mkdtemp(prefix="drae", dir="/tmp"))  # short: unix socket paths
+    with k8s.api() as api, running_driver(k8s, node, CONFIGS["two"], workdir) as socket:
         objs, core = _objects(api), client.CoreV1Api(api)
-        publisher, _ = _publish(api, node, CONFIGS["two"])
+        publisher = SlicePublisher(api, node)
         try:
+            wait_for(lambda: len(publisher.existing()) == 2, 60, "fgpu-dra's two ResourceSlices published")
             wanted = [("c1", names.CLASS_SHARE, SHARE_8G_30), ("c2", names.CLASS_SHARE, SHARE_8G_30),
                       ("mig", names.mig_class("3g.40gb"), None),
                       ("c3", names.CLASS_SHARE, {names.CAP_MEMORY: "8Gi", names.CAP_SM_SHARE: "50"}),
@@ -158,6 +204,14 @@ def test_kube_scheduler_allocates_from_our_slices_and_the_driver_prepares(
                 if claim in ("c1", "c2", "mig"):
                     wait_for(lambda c=claim: core.read_namespaced_pod(f"p-{c}", namespace).spec.node_name,
                              60, f"pod p-{claim} bound")
+
+            def pending_reason(pod: str):
+                conds = core.read_namespaced_pod(pod, namespace).status.conditions or []
+                return next((c.message for c in conds if c.type == "PodScheduled" and c.status == "False"
+                             and c.reason == "Unschedulable"), None)
+
+            reasons = {c: wait_for(lambda c=c: pending_reason(f"p-{c}"), 60, f"pod p-{c} Unschedulable")
+                       for c in ("c3", "whole")}  # 40% left on gpu-0's shares; gpu-1 holds a MIG instance
             got = {c: objs.get_namespaced_custom_object(GROUP, VERSION, namespace, "resourceclaims", c)
                    for c, _, _ in wanted}
             results = {c: (got[c].get("status", {}).get("allocation") or {}).get("devices", {}).get("results", [])
@@ -169,41 +223,32 @@ def test_kube_scheduler_allocates_from_our_slices_and_the_driver_prepares(
             assert results["c1"][0]["shareID"] != results["c2"][0]["shareID"]
             # first fit: gpu-0's MIG placements are blocked by its shares, so the first free one is on gpu-1
             assert [r["device"] for r in results["mig"]] == ["gpu-1-mig-3g-40gb-0"]
-
-            def pending_reason(pod: str):
-                conds = core.read_namespaced_pod(pod, namespace).status.conditions or []
-                return next((c.message for c in conds if c.type == "PodScheduled" and c.status == "False"
-                             and c.reason == "Unschedulable"), None)
-
-            for c in ("c3", "whole"):  # 40% left on gpu-0's shares; gpu-1 holds a MIG instance
-                message = wait_for(lambda c=c: pending_reason(f"p-{c}"), 60, f"pod p-{c} Unschedulable")
+            for c, message in reasons.items():
                 assert "0/" in message and "claim" in message, message
                 assert not results[c]
 
             # the kubelet plugin prepares what kube-scheduler allocated, reading the claims from the API
-            devices = node_devices(parse_node_config(yaml.safe_load(CONFIGS["two"])), node)
-            state = DriverState(node, devices, AllocContext(node_name=node, secret=SECRET),
-                                Checkpoint(os.path.join(tmp_path, CHECKPOINT_NAME)), str(tmp_path / "cdi"),
-                                KubeClaims(api))
-            short = Path(f"/tmp/dra-e2e-{os.getpid()}")
-            plugin = KubeletPlugin(state, str(short / "reg"), str(short / "plugins"))
-            plugin.start()
-            kubelet = StubKubelet(plugin.registration_socket)
+            kubelet = wait_for(lambda: _registered(socket), 30, "fgpu-dra's registration socket answering")
+            refs = [(namespace, c, got[c]["metadata"]["uid"]) for c in ("c1", "c2", "mig")]
             try:
-                kubelet.register()
-                refs = [(namespace, c, got[c]["metadata"]["uid"]) for c in ("c1", "c2", "mig")]
                 out = kubelet.prepare(*refs).claims
-                assert all(out[uid].error == "" for _, _, uid in refs), {u: out[u].error for _, _, u in refs}
-                with open(cdi_spec_path(str(tmp_path / "cdi"), refs[0][2])) as fh:
-                    edits = yaml.safe_load(fh)["devices"][0]["containerEdits"]["env"]
-                grant = verify_token(SECRET, dict(e.split("=", 1) for e in edits)[env.CONTEXT_TOKEN])
-                assert (grant.mem_limit_bytes, grant.sm_limit_pct, grant.pod_name) == (8 * GIB, 30, "p-c1")
             finally:
                 kubelet.close()
-                plugin.stop()
-                import shutil
-
-                shutil.rmtree(short, ignore_errors=True)
+            assert all(out[uid].error == "" for _, _, uid in refs), {u: out[u].error for _, _, u in refs}
+            with open(cdi_spec_path(str(workdir / "cdi"), refs[0][2])) as fh:
+                edits = yaml.safe_load(fh)["devices"][0]["containerEdits"]["env"]
+            grant = verify_token(SECRET, dict(e.split("=", 1) for e in edits)[env.CONTEXT_TOKEN])
+            assert (grant.mem_limit_bytes, grant.sm_limit_pct, grant.pod_name) == (8 * GIB, 30, "p-c1")
         finally:
             core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
-            publisher.withdraw()
+    # a restarted driver answers the prepared claims the same way (its checkpoint), and withdraws nothing
+    with running_driver(k8s, node, CONFIGS["two"], workdir) as socket:
+        kubelet = wait_for(lambda: _registered(socket), 30, "fgpu-dra answering again")
+        try:
+            again = kubelet.prepare(*refs).claims
+        finally:
+            kubelet.close()
+        assert {u: list(again[u].devices) for _, _, u in refs} == {u: list(out[u].devices) for _, _, u in refs}
+    with k8s.api() as api:
+        SlicePublisher(api, node).withdraw()
+    shutil.rmtree(workdir, ignore_errors=True)
