@@ -53,6 +53,12 @@ def mig_class(profile: str) -> str:
     return f"mig-{profile}.fgpu.io"
 
 
+# opaque device configuration a claim (or class) may give the driver, in spec.devices.config[].opaque:
+# {"driver": "gpu.fgpu.io", "parameters": {"apiVersion": "gpu.fgpu.io/v1", "kind": "GpuConfig",
+#  "priority": "high"|"low", "sloSlowdown": 1.5}}; HAMi's CUDA_TASK_PRIORITY and fgpu's fgpu.io/slo-slowdown
+CONFIG_API_VERSION = f"{DRIVER}/v1"
+CONFIG_KIND = "GpuConfig"
+
 # device taints (health)
 TAINT_UNHEALTHY = "gpu.fgpu.io/unhealthy"  # value: "xid-<n>"; effect NoSchedule
 

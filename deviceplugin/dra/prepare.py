@@ -140,9 +140,64 @@ def check_commitment(devices: NodeDevices, prepared: Iterable[Allocated], new: l
     return None
 
 
-def _grant(dev: DraDevice, a: Allocated, pod: tuple[str, str], index: int) -> Grant:
+@dataclass(frozen=True)
+class GpuConfig:
+    """The claim's opaque configuration for one request: fgpu's priority and slowdown bound. Without one a
+    share is high priority with the node's default bound, as a pod that names no fgpu.io/priority."""
+
+    priority: int = 0  # CUDA_TASK_PRIORITY: 0 high, 1 low
+    slo_slowdown: float | None = None
+
+
+_CONFIG_KEYS = ("apiVersion", "kind", "priority", "sloSlowdown")
+
+
+def _one_config(params: object, where: str) -> dict:
+    if not isinstance(params, Mapping):
+        raise PrepareError(f"{params!r} is not an object", field=where, allowed=[names.CONFIG_KIND])
+    if params.get("apiVersion") != names.CONFIG_API_VERSION or params.get("kind") != names.CONFIG_KIND:
+        raise PrepareError(f"apiVersion {params.get('apiVersion')!r}, kind {params.get('kind')!r}", field=where,
+                           allowed=[f"{names.CONFIG_API_VERSION} {names.CONFIG_KIND}"])
+    unknown = sorted(set(params) - set(_CONFIG_KEYS))
+    if unknown:
+        raise PrepareError(f"unknown key {unknown[0]!r}", field=where, allowed=list(_CONFIG_KEYS))
+    out = {}
+    if "priority" in params:
+        if params["priority"] not in ("high", "low"):
+            raise PrepareError(f"priority {params['priority']!r}", field=where, allowed=["high", "low"])
+        out["priority"] = 0 if params["priority"] == "high" else 1
+    if "sloSlowdown" in params:
+        slo = params["sloSlowdown"]
+        if isinstance(slo, bool) or not isinstance(slo, int | float) or not 1.0 < slo <= 100.0:
+            raise PrepareError(f"sloSlowdown {slo!r}", field=where, allowed=["a number in (1, 100]"])
+        out["slo_slowdown"] = float(slo)
+    return out
+
+
+def request_configs(claim: Mapping, requests: Iterable[str]) -> dict[str, GpuConfig]:
+    """Each request's GpuConfig from status.allocation.devices.config (the class's entries, then the
+    claim's, each later one overriding; an entry naming no requests applies to all). Another driver's
+    entries are not ours to read; ours must be well formed, or the claim gets nothing."""
+    entries = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("config") or []
+    ordered = sorted(enumerate(entries), key=lambda e: (e[1].get("source") != "FromClass", e[0]))
+    merged: dict[str, dict] = {r: {} for r in requests}
+    for i, entry in ordered:
+        opaque = entry.get("opaque") or {}
+        if opaque.get("driver") != names.DRIVER:
+            continue
+        where = f"status.allocation.devices.config[{i}].opaque.parameters"
+        values = _one_config(opaque.get("parameters"), where)
+        named = entry.get("requests") or list(merged)
+        for r in merged:
+            if r in named or r.split("/")[0] in named:
+                merged[r].update(values)
+    return {r: GpuConfig(**v) for r, v in merged.items()}
+
+
+def _grant(dev: DraDevice, a: Allocated, pod: tuple[str, str], index: int, config: GpuConfig) -> Grant:
     ns, name = pod
-    common = {"pod_namespace": ns, "pod_name": name, "vdevice_index": index}
+    common = {"pod_namespace": ns, "pod_name": name, "vdevice_index": index, "priority": config.priority,
+              "slo_slowdown": config.slo_slowdown if config.priority == 0 else None}
     if dev.shared:
         memory, sm = _share_amounts(dev, a)
         return Grant(device_uuid=dev.uuid, mem_limit_bytes=memory, sm_limit_pct=sm or None, **common)
@@ -178,10 +233,11 @@ def container_edits(devices: NodeDevices, allocated: list[Allocated], claim: Map
     by_request: dict[str, list[Allocated]] = {}
     for a in allocated:
         by_request.setdefault(a.request, []).append(a)
+    configs = request_configs(claim, by_request)
     out = []
     for request, group in by_request.items():
         devs = [devices.by_name[a.device] for a in group]
-        grants = [_grant(d, a, pod, i) for i, (d, a) in enumerate(zip(devs, group, strict=True))]
+        grants = [_grant(d, a, pod, i, configs[request]) for i, (d, a) in enumerate(zip(devs, group, strict=True))]
         fractional = any(d.shared or d.emulated for d in devs)
         alloc = container_env(grants, ctx, mode="fractional" if fractional else "exclusive", mps_pct=None,
                               with_priority=fractional)

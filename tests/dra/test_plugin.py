@@ -239,3 +239,51 @@ def test_registration_socket_removed_is_served_again(driver):
     kubelet = StubKubelet(plugin.registration_socket)
     assert kubelet.register().name == "gpu.fgpu.io"
     kubelet.close()
+
+
+def _with_config(claim: dict, *entries: dict) -> dict:
+    claim["status"]["allocation"]["devices"]["config"] = list(entries)
+    return claim
+
+
+def _ours(params: dict, source: str = "FromClaim", requests: list[str] | None = None) -> dict:
+    entry = {"source": source, "opaque": {"driver": "gpu.fgpu.io",
+                                          "parameters": {"apiVersion": "gpu.fgpu.io/v1", "kind": "GpuConfig",
+                                                         **params}}}
+    return {**entry, **({"requests": requests} if requests else {})}
+
+
+def test_opaque_config_sets_priority_and_slowdown_bound(driver, claims):
+    start, short_dir = driver
+    _, kubelet = start()
+    plain = claims.add(_share("d", "uid-d", "8Gi", "10"))
+    low = claims.add(_with_config(_share("l", "uid-l", "8Gi", "10"), _ours({"priority": "high"}, "FromClass"),
+                                  _ours({"priority": "low"}, requests=["gpu"])))
+    bound = claims.add(_with_config(_share("b", "uid-b", "8Gi", "10"), _ours({"sloSlowdown": 1.5}),
+                                    {"source": "FromClaim", "opaque": {"driver": "other.example.com",
+                                                                       "parameters": {"anything": 1}}}))
+    out = kubelet.prepare(plain, low, bound).claims
+    assert all(out[u].error == "" for u in ("uid-d", "uid-l", "uid-b"))
+
+    def grant(uid):
+        return verify_token(SECRET, _cdi_env(short_dir, uid)[env.CONTEXT_TOKEN])
+
+    assert (grant("uid-d").priority, grant("uid-d").slo_slowdown) == (0, None)  # high, the node's bound
+    assert _cdi_env(short_dir, "uid-d")[env.CUDA_TASK_PRIORITY] == "0"
+    assert (grant("uid-l").priority, grant("uid-l").slo_slowdown) == (1, None)  # the claim's entry wins
+    assert _cdi_env(short_dir, "uid-l")[env.CUDA_TASK_PRIORITY] == "1"
+    assert (grant("uid-b").priority, grant("uid-b").slo_slowdown) == (0, 1.5)
+
+
+@pytest.mark.parametrize(("params", "expect"), [
+    ({"priority": "urgent"}, "priority 'urgent'"),
+    ({"sloSlowdown": 1.0}, "sloSlowdown 1.0"),
+    ({"colour": "red"}, "unknown key 'colour'"),
+])
+def test_bad_opaque_config_gets_nothing(driver, claims, params, expect):
+    start, short_dir = driver
+    _, kubelet = start()
+    ref = claims.add(_with_config(_share("c", "uid-c", "8Gi", "10"), _ours(params)))
+    resp = kubelet.prepare(ref).claims["uid-c"]
+    assert expect in resp.error and "config[0].opaque.parameters" in resp.error and not resp.devices
+    assert not os.path.exists(cdi_spec_path(f"{short_dir}/cdi", "uid-c"))

@@ -119,7 +119,7 @@ def test_apiserver_accepts_the_example_claims(k8s, classes):
         templates = [d for f in ("claim-share.yaml", "claim-forms.yaml")
                      for d in yaml.safe_load_all((REPO / "deploy" / "dra" / f).read_text())
                      if d["kind"] == "ResourceClaimTemplate"]
-        assert len(templates) == 4
+        assert len(templates) == 5
         for template in templates:
             objs.create_namespaced_custom_object(GROUP, VERSION, "default", "resourceclaimtemplates", template,
                                                  dry_run="All")
