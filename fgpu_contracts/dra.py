@@ -49,8 +49,8 @@ CLASS_MIG = "mig.fgpu.io"
 
 
 def mig_class(profile: str) -> str:
-    """The DeviceClass of one MIG profile: "mig-1g.10gb.fgpu.io"."""
-    return f"mig-{profile}.fgpu.io"
+    """The DeviceClass of one MIG profile: "mig-1g.10gb.fgpu.io"; "+me" becomes "-me" (a DNS subdomain)."""
+    return f"mig-{profile.replace('+', '-')}.fgpu.io"
 
 
 # opaque device configuration a claim (or class) may give the driver, in spec.devices.config[].opaque:

@@ -85,6 +85,18 @@ def test_committed_device_classes_are_generated():
     assert '"3g.40gb"' in expr and '"mig"' in expr and names.DRIVER in expr
 
 
+def test_class_and_device_names_are_what_the_apiserver_accepts():
+    """DeviceClass names are DNS subdomains ("+me" profiles included), device names DNS labels."""
+    import re
+
+    subdomain = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+    label = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+    assert all(subdomain.fullmatch(c["metadata"]["name"]) for c in device_classes())
+    assert names.mig_class("1g.10gb+me") == "mig-1g.10gb-me.fgpu.io"
+    devs = node_devices(node_config(BIG), NODE)
+    assert all(label.fullmatch(d.name) and len(d.name) <= 63 for d in devs.devices)
+
+
 def test_committed_examples_parse():
     for path in sorted((REPO / "deploy" / "dra").glob("*.yaml")):
         assert list(yaml.safe_load_all(path.read_text())), path
