@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from fgpu_contracts import keys
 from fgpu_contracts.errors import InputError
+from fgpu_contracts.quantity import parse_number, quantity_bytes, show, whole
 
 from ..config import AdmissionConfig
 from ..gpus import mig_profile, resolve_models
 from ..podview import PodView
-from ..quantity import parse_number, quantity_bytes, show, whole
 from .common import Claims, choice, fraction, group, note
 
 SOURCE = "fgpu"
