@@ -5,7 +5,8 @@ Node: DRA's own Score only rewards a `firstAvailable` alternative's rank, which 
 the node is chosen by the default plugins that see the pod's CPU and memory: NodeResourcesFit's
 LeastAllocated and NodeResourcesBalancedAllocation (weight 1 each; requests of zero scored as 100m / 200Mi),
 over the first feasible nodes in a rotating order (percentageOfNodesToScore's adaptive default: 50% - 1% per
-125 nodes, at least 5% and 100 nodes), ties broken at random. The GPUs play no part in the node's score.
+125 nodes, at least 5% and 100 nodes), ties broken at random in every cycle (kube-scheduler draws a random
+number per node), from the replay's generator. The GPUs play no part in the node's score.
 
 Devices: the structured allocator takes the first device that satisfies the request in the order it tries
 them (pools by name, slices by name, devices in slice order; fgpu-dra publishes a node's GPUs in index
@@ -67,6 +68,13 @@ class KubeDraPolicy(BasePolicy):
         return mask
 
     def score(self, request: Request, feasible: np.ndarray) -> np.ndarray:
+        """node_scores over this cycle's window, plus a random fraction below 1 that only breaks ties."""
+        window = self._window(feasible)
+        jitter = self.rng.random(feasible.size) * 0.5
+        return np.where(window, self.node_scores(request) + jitter, -np.inf)
+
+    def node_scores(self, request: Request) -> np.ndarray:
+        """LeastAllocated + BalancedAllocation, each 0..100, for every node."""
         c = self.cluster
         cpu, mem = request.cpu_milli or NON_ZERO_CPU_MILLI, request.memory_mib or NON_ZERO_MEMORY_MIB
         cpu_before, mem_before = c.cpu_cap - c.cpu_left, c.mem_cap - c.mem_left
@@ -76,8 +84,7 @@ class KubeDraPolicy(BasePolicy):
         with_pod = _balance(cpu_after / cpu_cap, mem_after / mem_cap)
         without = _balance(cpu_before / cpu_cap, mem_before / mem_cap)
         balanced = MAX_SCORE // 2 + (MAX_SCORE // 2 + with_pod - without) // 2
-        total = least + balanced
-        return np.where(self._window(feasible), total, np.iinfo(np.int64).min)
+        return least + balanced
 
     def choose_gpus(self, request: Request, node: int) -> tuple[int, ...]:
         """First fit in GPU index order: the allocator's device order on one node."""
