@@ -75,8 +75,11 @@ class Driver:
         state_dir = prepare_state_dir(args.state_dir, cfg.state_dir, os.environ, cfg.token_secret_file)
         ctx = AllocContext(node_name=self.node, secret=load_or_create_secret(cfg.token_secret_file),
                            daemon_socket=args.daemon_socket, memory_quota=cfg.memory_quota)
-        self.state = DriverState(self.node, self.devices, ctx, Checkpoint(os.path.join(state_dir, CHECKPOINT_NAME)),
-                                 args.cdi_dir, KubeClaims(api))
+        checkpoint = Checkpoint(os.path.join(state_dir, CHECKPOINT_NAME))
+        problem = checkpoint.unknown_devices(set(self.devices.by_name))
+        if problem:
+            raise SimgpuError(problem, field="--config")
+        self.state = DriverState(self.node, self.devices, ctx, checkpoint, args.cdi_dir, KubeClaims(api))
         self.plugin = KubeletPlugin(self.state, args.registry_dir, args.plugins_dir)
         self.publisher = SlicePublisher(api, self.node)
         self.board = HealthBoard()

@@ -79,6 +79,16 @@ class Checkpoint:
         doc = {"version": CHECKPOINT_VERSION, "claims": {u: c.to_dict() for u, c in sorted(self.claims.items())}}
         _atomic_write(self.path, json.dumps(doc, indent=1, sort_keys=True) + "\n", 0o600)
 
+    def unknown_devices(self, known: set[str]) -> str | None:
+        """Why this checkpoint does not fit the node's devices (the config changed under prepared claims), or
+        None. Counting such a claim against the new devices could hand its silicon out twice."""
+        for c in self.claims.values():
+            for a in c.devices:
+                if a.device not in known:
+                    return (f"claim {c.ref.namespace}/{c.ref.name} ({c.ref.uid}) is prepared on device {a.device}, "
+                            f"which this node config no longer has; restore the old config until its pods are gone")
+        return None
+
     def allocated(self, excluding: str = "") -> list[Allocated]:
         return [a for uid, c in self.claims.items() if uid != excluding for a in c.devices]
 
