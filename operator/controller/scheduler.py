@@ -227,6 +227,7 @@ class Scheduler:
     async def _schedule_one(self, uid: str, entry: Pending) -> None:
         pod, request = entry.pod, entry.request
         try:
+            translate.check_no_claims(pod)
             core = translate.core_request(pod, request, self.gpu_policy)
             policy = request.node_policy if request is not None else None
             outcome = self.live.schedule(uid, core, policy)
@@ -317,8 +318,9 @@ class Scheduler:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
 
-#: What is read of a waiting pod's spec: placement (`translate.core_request`), the queue's order (`sort_key`).
-_SPEC_READ = ("nodeSelector", "affinity", "tolerations", "overhead", "priority", "schedulerName")
+#: What is read of a waiting pod's spec: placement (`translate.core_request`, `check_no_claims`), the queue's
+#: order (`sort_key`).
+_SPEC_READ = ("nodeSelector", "affinity", "tolerations", "overhead", "priority", "schedulerName", "resourceClaims")
 #: Metadata never read while a pod waits, and often most of it.
 _META_UNREAD = ("managedFields",)
 _ANNOTATIONS_UNREAD = ("kubectl.kubernetes.io/last-applied-configuration",)  # the whole object again, as applied

@@ -223,3 +223,28 @@ def test_a_waiting_pod_keeps_what_placement_and_its_messages_read_and_drops_the_
     assert "volumes" not in slim["spec"] and "managedFields" not in slim["metadata"]
     assert set(slim["metadata"]["annotations"]) == {keys.REQUEST}
     assert slim["metadata"]["creationTimestamp"] == "2026-11-28T00:00:00Z"
+
+
+def test_a_pod_with_resource_claims_waits_with_the_reason_and_is_never_bound():
+    """fgpu-scheduler does not allocate DRA claims: binding would leave them unallocated and the kubelet
+    would refuse the pod, so it is explained instead (kube-scheduler is the one to ask)."""
+    async def scenario():
+        api, events = FakeApi(), FakeEvents()
+        s = Scheduler(LiveCluster(policy="binpack"), api, events)
+        loop = asyncio.create_task(s.run())
+        node = {"metadata": {"name": "n", "annotations": {
+            keys.INVENTORY: fractional_inventory("n", 1, uuid=lambda i: f"GPU-{i}")}},
+            "status": {"allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"}}}
+        s.on_node("ADDED", node)
+        claimed = pod("claimed", 300)
+        claimed["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "share"}]
+        s.on_pod("ADDED", claimed)
+        s.on_pod("ADDED", pod("plain", 300))
+        await asyncio.sleep(0.05)
+        await s.drain()
+        assert [c[1] for c in api.calls if c[1].endswith("/binding")] == ["/api/v1/namespaces/ns/pods/plain/binding"]
+        (message,) = [m for uid, reason, m in events.messages if uid == "claimed"]
+        assert message.startswith("spec.resourceClaims: fgpu-scheduler does not allocate ResourceClaims")
+        loop.cancel()
+
+    asyncio.run(scenario())
