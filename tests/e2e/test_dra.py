@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 from dra_support import SECRET, StubKubelet
+from plugin_proc import stop_process
 from polling import wait_for
 
 from deviceplugin.dra.classes import device_classes
@@ -160,12 +161,7 @@ def running_driver(k8s, node: str, config: str, workdir: Path) -> Iterator[Path]
     try:
         yield workdir / "reg" / f"{names.DRIVER}-reg.sock"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
         print(log_path.read_text()[-3000:])
 
 
