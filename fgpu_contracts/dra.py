@@ -46,6 +46,9 @@ COUNTER_MEDIA = "media-extensions"
 CLASS_GPU = "gpu.fgpu.io"
 CLASS_SHARE = "gpu-share.fgpu.io"
 CLASS_MIG = "mig.fgpu.io"
+# KEP-5004: whole GPUs for a classic `nvidia.com/gpu: N` pod, on nodes where no device plugin advertises it
+# (deploy/dra/extended-resource.yaml, opt-in: one class per cluster may claim an extended resource name)
+CLASS_EXTENDED = "gpu-extended.fgpu.io"
 
 
 def mig_class(profile: str) -> str:

@@ -79,6 +79,7 @@ def test_unhealthy_gpu_taints_every_device_over_it():
 
 def test_committed_device_classes_are_generated():
     assert (REPO / "deploy" / "dra" / "deviceclasses.yaml").read_text() == render()
+    assert (REPO / "deploy" / "dra" / "extended-resource.yaml").read_text() == render(extended=True)
     classes = {c["metadata"]["name"]: c for c in device_classes()}
     assert {names.CLASS_GPU, names.CLASS_SHARE, names.CLASS_MIG, names.mig_class("1g.10gb")} <= set(classes)
     expr = classes[names.mig_class("3g.40gb")]["spec"]["selectors"][0]["cel"]["expression"]

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import subprocess
 import sys
@@ -247,4 +248,57 @@ def test_kube_scheduler_allocates_from_our_slices_and_the_driver_prepares(
         assert {u: list(again[u].devices) for _, _, u in refs} == {u: list(out[u].devices) for _, _, u in refs}
     with k8s.api() as api:
         SlicePublisher(api, node).withdraw()
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+def test_a_classic_nvidia_gpu_pod_gets_whole_gpus_through_dra(
+        k8s, classes, kube_scheduler, make_kwok_node, namespace):
+    """KEP-5004 with deploy/dra/extended-resource.yaml: `nvidia.com/gpu: 1` on a node with no device plugin is
+    a claim kube-scheduler writes and allocates from fgpu-dra's slices; fgpu-dra prepares it."""
+    from kubernetes import client
+
+    node = "dra-kwok-ext"
+    make_kwok_node(node, {})
+    [extended] = [d for d in yaml.safe_load_all((REPO / "deploy" / "dra" / "extended-resource.yaml").read_text()) if d]
+    workdir = Path(tempfile.mkdtemp(prefix="drax", dir="/tmp"))
+    with k8s.api() as api, running_driver(k8s, node, CONFIGS["two"], workdir) as socket:
+        objs, core = _objects(api), client.CoreV1Api(api)
+        objs.create_cluster_custom_object(GROUP, VERSION, "deviceclasses", extended)
+        try:
+            wait_for(lambda: len(SlicePublisher(api, node).existing()) == 2, 60, "fgpu-dra's slices published")
+
+            def classic(name: str, gpus: int) -> dict:
+                return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                        "spec": {"nodeSelector": {"kubernetes.io/hostname": node},
+                                 "tolerations": [{"operator": "Exists"}],
+                                 "containers": [{"name": "main", "image": "busybox",
+                                                 "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}}
+
+            core.create_namespaced_pod(namespace, classic("one", 1))
+            wait_for(lambda: core.read_namespaced_pod("one", namespace).spec.node_name, 60, "pod one bound")
+            status = json.loads(core.read_namespaced_pod("one", namespace, _preload_content=False).data)["status"]
+            claim_name = status["extendedResourceClaimStatus"]["resourceClaimName"]
+            claim = objs.get_namespaced_custom_object(GROUP, VERSION, namespace, "resourceclaims", claim_name)
+            assert [r["device"] for r in claim["status"]["allocation"]["devices"]["results"]] == ["gpu-0"]
+            core.create_namespaced_pod(namespace, classic("two", 2))  # only gpu-1 is left
+
+            def pending(pod: str):
+                conds = core.read_namespaced_pod(pod, namespace).status.conditions or []
+                return next((c.message for c in conds if c.type == "PodScheduled" and c.status == "False"), None)
+
+            assert "0/1 nodes are available" in wait_for(lambda: pending("two"), 60, "pod two Unschedulable")
+            kubelet = wait_for(lambda: _registered(socket), 30, "fgpu-dra's registration socket answering")
+            try:
+                out = kubelet.prepare((namespace, claim_name, claim["metadata"]["uid"])).claims
+            finally:
+                kubelet.close()
+            assert out[claim["metadata"]["uid"]].error == ""
+            with open(cdi_spec_path(str(workdir / "cdi"), claim["metadata"]["uid"])) as fh:
+                envs = dict(e.split("=", 1) for e in yaml.safe_load(fh)["devices"][0]["containerEdits"]["env"])
+            gpu0 = node_devices(parse_node_config(yaml.safe_load(CONFIGS["two"])), node).by_name["gpu-0"]
+            assert envs[env.NVIDIA_VISIBLE_DEVICES] == gpu0.uuid and env.memory_limit_var(0) not in envs
+        finally:
+            core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+            objs.delete_cluster_custom_object(GROUP, VERSION, "deviceclasses", extended["metadata"]["name"])
+            SlicePublisher(api, node).withdraw()
     shutil.rmtree(workdir, ignore_errors=True)
