@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 from dra_support import SECRET, StubKubelet
+from fgpu_operator.inspect.claims import claim_violations
 from plugin_proc import stop_process
 from polling import wait_for
 
@@ -220,6 +221,8 @@ def test_kube_scheduler_allocates_from_our_slices_and_the_driver_prepares(
             assert results["c1"][0]["shareID"] != results["c2"][0]["shareID"]
             # first fit: gpu-0's MIG placements are blocked by its shares, so the first free one is on gpu-1
             assert [r["device"] for r in results["mig"]] == ["gpu-1-mig-3g-40gb-0"]
+            listed = objs.list_namespaced_custom_object(GROUP, VERSION, namespace, "resourceclaims")["items"]
+            assert claim_violations(list(publisher.existing().values()), listed) == []  # fgpu inspect check's
             for c, message in reasons.items():  # kube-scheduler's own words
                 assert message.startswith("0/1 nodes are available: 1 cannot allocate all claims."), message
                 assert not results[c]
