@@ -56,6 +56,14 @@ def mig_class(profile: str) -> str:
     return f"mig-{profile.replace('+', '-')}.fgpu.io"
 
 
+def mig_class_profile(cls: str) -> str | None:
+    """The profile `mig_class` named: "mig-1g.10gb-me.fgpu.io" -> "1g.10gb+me"; None for any other class."""
+    if not (cls.startswith("mig-") and cls.endswith(".fgpu.io")) or cls == CLASS_MIG:
+        return None
+    profile = cls[len("mig-"):-len(".fgpu.io")]
+    return profile[:-3] + "+me" if profile.endswith("-me") else profile
+
+
 # opaque device configuration a claim (or class) may give the driver, in spec.devices.config[].opaque:
 # {"driver": "gpu.fgpu.io", "parameters": {"apiVersion": "gpu.fgpu.io/v1", "kind": "GpuConfig",
 #  "priority": "high"|"low", "sloSlowdown": 1.5}}; HAMi's CUDA_TASK_PRIORITY and fgpu's fgpu.io/slo-slowdown
@@ -64,6 +72,16 @@ CONFIG_KIND = "GpuConfig"
 
 # device taints (health)
 TAINT_UNHEALTHY = "gpu.fgpu.io/unhealthy"  # value: "xid-<n>"; effect NoSchedule
+# Who allocates a pool (docs/dra.md "Two allocators, one rule"): a node whose fgpu-dra runs with
+# `--allocator fgpu-scheduler` taints every device of its pool with this key (value ALLOCATOR_FGPU, effect
+# NoSchedule). kube-scheduler allocates no tainted device unless a claim tolerates the taint, and fgpu-scheduler
+# allocates only devices that carry it: no device is ever offered to both.
+TAINT_ALLOCATOR = "gpu.fgpu.io/allocator"
+ALLOCATOR_FGPU = "fgpu-scheduler"
+ALLOCATOR_KUBE = "kube-scheduler"
+ALLOCATORS = (ALLOCATOR_KUBE, ALLOCATOR_FGPU)
+# The finalizer kube-scheduler puts on a claim it allocates; the controller-manager removes it on deallocation
+DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
 
 # CDI: devices the driver prepares are injected as "<CDI_KIND>=<name>"
 CDI_KIND = "fgpu.io/gpu"

@@ -1,7 +1,7 @@
 """`fgpu-dra`: fgpu's DRA driver for a node's emulated GPUs (docs/dra.md).
 
-    fgpu-dra --config FILE [--node-name NAME] [--pool NAME] [--daemon-socket PATH] [--state-dir DIR]
-             [--cdi-dir DIR] [--registry-dir DIR] [--plugins-dir DIR] [--kubeconfig FILE]
+    fgpu-dra --config FILE [--node-name NAME] [--pool NAME] [--allocator kube-scheduler|fgpu-scheduler]
+             [--daemon-socket PATH] [--state-dir DIR] [--cdi-dir DIR] [--registry-dir DIR] [--plugins-dir DIR] [--kubeconfig FILE]
 
 Reads the same node config as fgpu-device-plugin; publishes the node's ResourceSlices (again on every health
 change), and serves the kubelet's DRA plugin API. Bad input is one line on stderr and exit code 2.
@@ -24,6 +24,7 @@ from deviceplugin.health import start_health
 from deviceplugin.process import serve_until_signalled
 from deviceplugin.server import HealthBoard
 from deviceplugin.statedir import DEFAULT_STATE_DIR, STATE_DIR_ENV, prepare_state_dir
+from fgpu_contracts import dra as names
 from fgpu_contracts.cli import OneLineParser
 from simgpu.errors import SimgpuError
 from simgpu.nodeconfig import load_node_config, resolve_node_name
@@ -40,6 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pool", default=os.environ.get(POOL_ENV, "default"),
                    help=f"fgpu node pool, published as each device's 'pool' attribute (default ${POOL_ENV} "
                         "or 'default')")
+    p.add_argument("--allocator", default=names.ALLOCATOR_KUBE, choices=names.ALLOCATORS,
+                   help="which scheduler allocates this node's devices (default kube-scheduler); fgpu-scheduler "
+                        f"taints every device with {names.TAINT_ALLOCATOR} so kube-scheduler keeps off them "
+                        "(docs/dra.md)")
     p.add_argument("--daemon-socket", help="the simgpu node daemon's socket (mounted into containers)")
     p.add_argument("--state-dir", metavar="DIR",
                    help=f"writable directory for the checkpoint of prepared claims (default: config stateDir, "
@@ -64,6 +69,7 @@ class Driver:
         cfg = load_node_config(args.config)
         self.node = resolve_node_name(cfg, args.node_name)
         self.pool = args.pool
+        self.allocator = args.allocator
         self.devices = node_devices(cfg, self.node)
         try:
             api = load_api_client(args.kubeconfig)
@@ -97,7 +103,8 @@ class Driver:
         while not stop.is_set():
             version, health = self.board.snapshot()
             try:
-                self.publisher.publish(functools.partial(resource_slices, self.node, self.devices, health, self.pool))
+                self.publisher.publish(functools.partial(resource_slices, self.node, self.devices, health, self.pool,
+                                                         allocator=self.allocator))
             except Exception as err:  # the API unreachable: keep serving the kubelet, publish again soon
                 log.warning("cannot publish ResourceSlices of node %s: %s", self.node, err)
                 stop.wait(5.0)

@@ -68,18 +68,24 @@ def _capacity(dev: DraDevice) -> dict[str, dict]:
     }
 
 
-def _taints(dev: DraDevice, health: Mapping[str, Health]) -> list[dict]:
+def _taints(dev: DraDevice, health: Mapping[str, Health], allocator: str) -> list[dict]:
     """An unhealthy GPU (or MIG instance) keeps new claims off all devices over it; NoSchedule, not NoExecute:
-    the daemon already failed the contexts on it, and the pods' own restart policy decides what happens."""
+    the daemon already failed the contexts on it, and the pods' own restart policy decides what happens.
+    A pool that fgpu-scheduler allocates keeps kube-scheduler off every device (`names.TAINT_ALLOCATOR`)."""
+    out = []
+    if allocator == names.ALLOCATOR_FGPU:
+        out.append({"key": names.TAINT_ALLOCATOR, "value": names.ALLOCATOR_FGPU, "effect": "NoSchedule"})
     for uuid in dict.fromkeys((dev.gpu.uuid, dev.uuid)):
         h = health.get(uuid)
         if h is not None and not h.healthy:
-            return [{"key": names.TAINT_UNHEALTHY, "value": f"xid-{h.xid}" if h.xid else "unhealthy",
-                     "effect": "NoSchedule"}]
-    return []
+            out.append({"key": names.TAINT_UNHEALTHY, "value": f"xid-{h.xid}" if h.xid else "unhealthy",
+                        "effect": "NoSchedule"})
+            break
+    return out
 
 
-def device_object(dev: DraDevice, pool: str, health: Mapping[str, Health]) -> dict:
+def device_object(dev: DraDevice, pool: str, health: Mapping[str, Health],
+                  allocator: str = names.ALLOCATOR_KUBE) -> dict:
     obj = {
         "name": dev.name,
         "attributes": _attributes(dev, pool),
@@ -89,7 +95,7 @@ def device_object(dev: DraDevice, pool: str, health: Mapping[str, Health]) -> di
     }
     if dev.shared:
         obj["allowMultipleAllocations"] = True
-    taints = _taints(dev, health)
+    taints = _taints(dev, health, allocator)
     if taints:
         obj["taints"] = taints
     assert len(obj["attributes"]) + len(obj["capacity"]) <= MAX_ATTRS_AND_CAPACITIES
@@ -110,12 +116,13 @@ def slice_name(node: str, what: str, k: int) -> str:
 
 
 def resource_slices(node: str, devices: NodeDevices, health: Mapping[str, Health], pool: str,
-                    generation: int = 1) -> list[dict]:
-    """Every ResourceSlice of the node's pool: counter-set slices first, then device slices."""
+                    generation: int = 1, allocator: str = names.ALLOCATOR_KUBE) -> list[dict]:
+    """Every ResourceSlice of the node's pool: counter-set slices first, then device slices. `allocator`:
+    which scheduler allocates this pool (fgpu-scheduler's pools carry `names.TAINT_ALLOCATOR`)."""
     counter_sets = [{"name": name, "counters": {k: {"value": str(v)} for k, v in counters.items()}}
                     for name, counters in devices.counter_sets.items()]
     assert all(len(c["counters"]) <= MAX_COUNTERS_PER_SET for c in counter_sets)
-    device_objs = [device_object(d, pool, health) for d in devices.devices]
+    device_objs = [device_object(d, pool, health, allocator) for d in devices.devices]
     specs = [("counters", {"sharedCounters": chunk}) for chunk in _chunks(counter_sets, MAX_COUNTER_SETS_PER_SLICE)]
     specs += [("devices", {"devices": chunk}) for chunk in _chunks(device_objs, MAX_DEVICES_PER_SLICE)]
     out, seen = [], {"counters": 0, "devices": 0}

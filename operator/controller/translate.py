@@ -148,16 +148,6 @@ class Unsupported(InputError):
     """A request the core cannot place as asked (said to the user on the pod, never mis-scheduled)."""
 
 
-def check_no_claims(pod: dict) -> None:
-    """fgpu-scheduler does not allocate DRA ResourceClaims (yet: docs/dra.md). Binding a pod that has claims
-    would leave them unallocated and unreserved, and the kubelet would refuse the pod; so the pod waits with
-    this reason instead, and kube-scheduler is the one to ask."""
-    if (pod.get("spec") or {}).get("resourceClaims"):
-        raise InputError("fgpu-scheduler does not allocate ResourceClaims; leave schedulerName unset (or "
-                         "default-scheduler) so kube-scheduler allocates them (docs/dra.md)",
-                         field="spec.resourceClaims")
-
-
 def core_request(pod: dict, request: GpuRequest | None, gpu_policy: str = "binpack") -> Request:
     """The core's view of a pod: its CPU/memory/extended resources, its GPU shape and its constraints
     (`gpu_policy`: the cluster's GPU policy, for a request that names none)."""
