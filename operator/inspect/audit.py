@@ -106,7 +106,7 @@ def check(nodes: Iterable[dict], pods: Iterable[dict], gpunodes: Iterable[dict] 
         violations += _grant_violations(pods, {n: list(g) for n, g in grants.items()})
     if contexts is not None:
         violations += _grant_violations(pods, {n: list(g) for n, g in contexts.items()}, both_ways=False)
-    violations += claim_violations(slices, claims)
+    violations += claim_violations(slices, claims, pods)
     return CheckReport(ok=not violations, summary=report.summary, violations=tuple(violations),
                        daemons=tuple(sorted(contexts or ())))
 

@@ -8,12 +8,17 @@ check that two claims never take the same silicon; this does, for every driver's
   capacities.
 - The devices in use of one pool consume at most each counter of its counter sets (a shared device's
   counters charged once, as kube-scheduler's allocator charges them).
+- One allocator per device (docs/dra.md): a device that fgpu-dra publishes for fgpu-scheduler (tainted
+  `gpu.fgpu.io/allocator=fgpu-scheduler`) is reserved only for fgpu-scheduler's pods, and fgpu-dra's other
+  devices never for them.
 """
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
 
+from fgpu_contracts import dra as dra_names
+from fgpu_contracts import keys
 from fgpu_contracts.errors import InputError
 from fgpu_contracts.quantity import parse_quantity
 
@@ -59,8 +64,34 @@ def _claim_name(claim: Mapping) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
-def claim_violations(slices: Iterable[Mapping], claims: Iterable[Mapping]) -> list[str]:
-    """Every violation, one line each (empty: all hold)."""
+def _fgpu_owned(device: Mapping) -> bool:
+    return any(t.get("key") == dra_names.TAINT_ALLOCATOR and t.get("value") == dra_names.ALLOCATOR_FGPU
+               for t in device.get("taints") or ())
+
+
+def _allocator_violations(where: str, device: Mapping, claim: Mapping, schedulers: Mapping[str, tuple[str, str]]
+                          ) -> list[str]:
+    """A device of fgpu-dra reserved for a pod of the wrong scheduler: two allocators may hand it out twice."""
+    owned = _fgpu_owned(device)
+    out = []
+    for ref in (claim.get("status") or {}).get("reservedFor") or ():
+        pod, scheduler = schedulers.get(ref.get("uid", ""), ("", ""))
+        if not pod or (scheduler == keys.SCHEDULER_NAME) == owned:
+            continue
+        if owned:
+            out.append(f"{where} is fgpu-scheduler's ({dra_names.TAINT_ALLOCATOR}) but reserved for pod {pod} "
+                       f"of {scheduler}")
+        else:
+            out.append(f"{where} is not fgpu-scheduler's (no {dra_names.TAINT_ALLOCATOR} taint) but reserved for "
+                       f"pod {pod} of fgpu-scheduler")
+    return out
+
+
+def claim_violations(slices: Iterable[Mapping], claims: Iterable[Mapping], pods: Iterable[Mapping] = ()) -> list[str]:
+    """Every violation, one line each (empty: all hold). `pods`: to check each device's allocator."""
+    schedulers = {(p.get("metadata") or {}).get("uid", ""): (
+        f"{(p.get('metadata') or {}).get('namespace', '')}/{(p.get('metadata') or {}).get('name', '')}",
+        (p.get("spec") or {}).get("schedulerName") or "default-scheduler") for p in pods}
     devices, counters = _published(slices)
     holders: dict[DeviceKey, list[str]] = {}
     consumed: dict[DeviceKey, dict[str, Decimal]] = {}
@@ -76,6 +107,8 @@ def claim_violations(slices: Iterable[Mapping], claims: Iterable[Mapping]) -> li
             if device is None:
                 out.append(f"{where} is not published in any ResourceSlice")
                 continue
+            if key[0] == dra_names.DRIVER:
+                out += _allocator_violations(where, device, claim, schedulers)
             if r.get("adminAccess"):
                 continue
             holders.setdefault(key, []).append(name)

@@ -76,3 +76,23 @@ def test_only_the_newest_generation_counts():
 def test_check_reports_claim_violations_beside_the_rest():
     report = check([], [], slices=SLICES, claims=[claim("a", "gpu-0"), claim("b", "gpu-0")])
     assert not report.ok and any("allocated to 2 claims" in v for v in report.violations)
+
+
+def test_one_allocator_per_device():
+    """fgpu-scheduler's pool (fgpu-dra --allocator fgpu-scheduler) serves its pods only, and its pods only it."""
+    owned = resource_slices(NODE, node_devices(parse_node_config(yaml.safe_load(CONFIG)), NODE), {}, "default",
+                            allocator="fgpu-scheduler")
+
+    def reserved(c: dict, uid: str) -> dict:
+        c["status"]["reservedFor"] = [{"resource": "pods", "name": uid, "uid": uid}]
+        return c
+
+    pods = [{"metadata": {"namespace": "ns", "name": n, "uid": n}, "spec": {"schedulerName": s}}
+            for n, s in (("mine", "fgpu-scheduler"), ("kube", "default-scheduler"))]
+    mine, kube = reserved(claim("a", "gpu-0-shared", "8Gi", "30"), "mine"), reserved(claim("b", "gpu-1"), "kube")
+    [line] = claim_violations(owned, [mine, kube], pods)
+    assert line == ("claim ns/b: device gpu-1 of pool gpu-a (gpu.fgpu.io) is fgpu-scheduler's "
+                    "(gpu.fgpu.io/allocator) but reserved for pod ns/kube of default-scheduler")
+    [line] = claim_violations(SLICES, [mine, kube], pods)
+    assert "ns/a: device gpu-0-shared" in line and "reserved for pod ns/mine of fgpu-scheduler" in line
+    assert claim_violations(owned, [mine], pods) == [] and claim_violations(SLICES, [kube], pods) == []
