@@ -150,7 +150,8 @@ def _node(name: str) -> dict:
 def test_two_shares_on_one_gpu_written_before_the_binding_and_learnt_back_after_a_restart():
     async def scenario():
         objs = {f"c{i}": claim(f"c{i}", caps=share("8Gi", "30")) for i in range(2)}
-        objs["big"] = claim("big", caps=share("75Gi", "80"))
+        objs["big"] = claim("big", caps=share("70Gi", "10"))
+        objs["big2"] = claim("big2", caps=share("70Gi", "10"))
         api = ClaimApi(objs)
         s = _scheduler(api)
         loop = asyncio.create_task(s.run())
@@ -183,7 +184,7 @@ def test_two_shares_on_one_gpu_written_before_the_binding_and_learnt_back_after_
         assert claim_violations(slices("n"), objs.values()) == []
         loop.cancel()
 
-        # a fresh scheduler learns both shares back from the claims: 75Gi fits only the other GPU
+        # a fresh scheduler learns both shares back from the claims: of two 70Gi shares, one fits (the other GPU)
         s2 = _scheduler(api)
         loop = asyncio.create_task(s2.run())
         for sl in slices("n"):
@@ -196,9 +197,11 @@ def test_two_shares_on_one_gpu_written_before_the_binding_and_learnt_back_after_
             bound["spec"]["nodeName"] = "n"
             s2.on_pod("ADDED", bound)
         s2.on_pod("ADDED", claimed_pod("p2", "big"))
+        s2.on_pod("ADDED", claimed_pod("p3", "big2"))
         await asyncio.sleep(0.05)
         await s2.drain()
         assert objs["big"]["status"]["allocation"]["devices"]["results"][0]["device"] == "gpu-1-shared"
+        assert "status" not in objs["big2"] and "p3" in s2.parked
         assert claim_violations(slices("n"), objs.values()) == []
         loop.cancel()
 
