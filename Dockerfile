@@ -13,11 +13,13 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 RUN python -m venv /opt/fgpu
 WORKDIR /src
-# dependencies first (a layer that survives source edits), then the packages themselves
-COPY pyproject.toml setup.py README.md ./
+# dependencies first (a layer that survives source and README edits: it reads pyproject.toml alone), then the
+# packages themselves
+COPY pyproject.toml ./
 RUN /opt/fgpu/bin/python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
       > /tmp/requirements.txt \
  && /opt/fgpu/bin/pip install -r /tmp/requirements.txt
+COPY setup.py README.md ./
 COPY fgpu_contracts fgpu_contracts
 COPY simgpu simgpu
 COPY deviceplugin deviceplugin
@@ -32,6 +34,10 @@ FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="fgpu" \
       org.opencontainers.image.description="Fractional GPUs for Kubernetes: operator, device plugin, simgpu node daemon and workload client" \
       org.opencontainers.image.licenses="Apache-2.0"
+# the non-root user below needs a passwd entry: Kopf names its peering identity by getpass.getuser(), which
+# fails on a uid the image does not know (the operator crash-looped on its first real node without it)
+RUN echo 'fgpu:x:65532:65532:fgpu:/nonexistent:/usr/sbin/nologin' >> /etc/passwd \
+ && echo 'fgpu:x:65532:' >> /etc/group
 COPY --from=build /opt/fgpu /opt/fgpu
 ENV PATH=/opt/fgpu/bin:/usr/local/bin:/usr/bin:/bin \
     PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 MPLCONFIGDIR=/tmp/matplotlib

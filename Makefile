@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed-py$(shell $(PYTHON) -c 'import sys; print("%d.%d" % 
 FGPU_CACHE ?= $(HOME)/.cache/fgpu
 export FGPU_CACHE
 
-.PHONY: demo demo-down test testbin node-setup install python-pgo lint unit e2e bench prometheus clean image image-nodocker chart-docs kind-up kind-down minikube-up minikube-down
+.PHONY: demo demo-down cluster-up cluster-down test testbin node-setup install python-pgo lint unit e2e bench prometheus clean image image-nodocker chart-docs kind-up kind-down minikube-up minikube-down
 
 $(STAMP): pyproject.toml setup.py
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "fgpu needs Python >= 3.11")'
@@ -38,11 +38,20 @@ demo: $(STAMP) prometheus
 demo-down:
 	@if [ -x $(PY) ]; then $(PY) -m devcluster.demo down; else echo "no venv: nothing to tear down"; fi
 
+## The cluster kind would give you, from source, no Docker (devcluster/cluster.py): etcd, kube-apiserver,
+## controller-manager, kube-scheduler, kube-proxy, one real node (containerd 2.x + kubelet) with the fgpu image
+## imported, KWOK nodes. Needs root. KUBECONFIG=out/cluster/kubeconfig; stays up until cluster-down.
+cluster-up: $(STAMP)
+	$(PY) -m devcluster.cluster up
+
+cluster-down:
+	@if [ -x $(PY) ]; then $(PY) -m devcluster.cluster down; else echo "no venv: nothing to tear down"; fi
+
 ## Build (or reuse from $(FGPU_CACHE)) the control plane; the last line printed is its directory.
 testbin:
 	@hack/testbin.sh
 
-## containerd, runc and CNI plugins from Debian + the real-kubelet test's configs and image (idempotent; needs root).
+## runc, CNI plugins, iptables from Debian + the real node's containerd/CNI configs and probe image (idempotent; root).
 node-setup:
 	@hack/node-setup.sh
 
@@ -63,7 +72,9 @@ test: $(STAMP) prometheus
 	  echo "control plane binaries: $$dir"; \
 	  node=$$(hack/node-setup.sh) || exit 1; \
 	  echo "real-kubelet node setup: $$node"; \
-	  FGPU_TESTBIN="$$dir" FGPU_NODE="$$node" FGPU_REQUIRE_E2E=1 $(PY) -m pytest -ra -p no:cacheprovider tests
+	  image=$$(hack/image-nodocker.sh) || exit 1; \
+	  echo "fgpu image archive: $$image"; \
+	  FGPU_TESTBIN="$$dir" FGPU_NODE="$$node" FGPU_IMAGE="$$image" FGPU_REQUIRE_E2E=1 $(PY) -m pytest -ra -p no:cacheprovider tests
 
 unit: $(STAMP)
 	$(PY) -m pytest -ra -m 'not e2e' tests
@@ -88,11 +99,11 @@ chart-docs: $(STAMP)
 	$(PY) -m charts.chartgen
 
 ## Quick start: a kind (or minikube) cluster with emulated GPUs, fgpu, Prometheus + Grafana, the example pods.
-kind-up:
+kind-up: $(STAMP)
 	IMAGE=$(IMAGE) deploy/quickstart.sh kind up
 kind-down:
 	deploy/quickstart.sh kind down
-minikube-up:
+minikube-up: $(STAMP)
 	IMAGE=$(IMAGE) deploy/quickstart.sh minikube up
 minikube-down:
 	deploy/quickstart.sh minikube down

@@ -1,6 +1,6 @@
 """Bind throughput of fgpu_operator.kube.bind against a real kube-apiserver: N pending pods exist, then a
 pool of 64 workers binds them all (Binding with hand-off annotations, round-robin over KWOK nodes), once per
-client rate limit. Compare with reference/scheduler-baseline.md (backlog drain rows).
+client rate limit. Compare with the do-nothing binders' backlog drain in docs/architecture.md ("Decisions").
 
 Starts etcd + kube-apiserver + KWOK from $FGPU_TESTBIN (devcluster/kubeplane.py), or uses --kubeconfig.
 

@@ -34,8 +34,10 @@ sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "e2e"), str
 
 from fgpu_operator.controller.command import _positive as positive  # noqa: E402
 from fgpu_operator.kube import ApiSession, Limits, load_kubeconfig  # noqa: E402
+from lib.cluster import kwok_stages  # noqa: E402
+from lib.common import log  # noqa: E402
+from lib.procs import proc_cpu  # noqa: E402
 from operator_proc import share_pod  # noqa: E402
-from scheduler import kwok_stages, log, proc_cpu  # noqa: E402
 
 #: The plain watcher: decodes every pod event and counts them by type in a file, twice a second (its CPU is read
 #: from outside; the counts say how many events each phase made).

@@ -9,7 +9,7 @@ of each scheduler make pair i.
     python bench/scheduler_pairs.py [RUN.json...] [--plot docs/scheduler_pairs.png] [--out-json SUMMARY.json]
 
 A summary JSON (as --out-json writes) is read back too; with no files, the committed docs/scheduler_pairs.json (the
-README's series of 2026-11-28).
+series of 2026-11-28 in docs/benchmarks.md).
 """
 from __future__ import annotations
 

@@ -193,6 +193,13 @@ def values_schema() -> dict[str, Any]:
             "annotations": {**STRING_MAP, "description": "ConfigMap annotations (e.g. the sidecar's "
                                                          "grafana_folder)"},
         }),
+        "tests": obj({
+            "enabled": leaf("boolean", "render the `helm test` smoke pod (templates/tests/smoke.yaml)"),
+            "namespace": leaf("string", "its namespace: one the webhook covers (never the release's own)",
+                              minLength=1),
+            "gpuFraction": leaf("string", "the share of a GPU it asks for (fgpu.io/gpu-fraction)",
+                                pattern="^(0?\\.[0-9]+|1(\\.0+)?)$"),
+        }),
     }
     node_pool = obj({
         "name": leaf("string", "pool name: DaemonSet and ConfigMap suffix", pattern="^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",

@@ -15,6 +15,7 @@ CLUSTER=${CLUSTER:-fgpu}
 NAMESPACE=${NAMESPACE:-fgpu-system}
 KPS_VERSION=${KPS_VERSION:-65.1.1}
 DOCKER=${DOCKER:-docker}
+PYTHON=${PYTHON:-$ROOT/.venv/bin/python}     # fgpu's venv (`make install`): devcluster.install runs the checks
 
 die() { echo "quickstart: $*" >&2; exit 1; }
 step() { echo "==> $*"; }
@@ -22,7 +23,7 @@ step() { echo "==> $*"; }
 need() {
   local missing=()
   for tool in "$@"; do command -v "$tool" >/dev/null 2>&1 || missing+=("$tool"); done
-  [ ${#missing[@]} -eq 0 ] || die "needs ${missing[*]} on PATH (see README.md, Quick start on kind / minikube)"
+  [ ${#missing[@]} -eq 0 ] || die "needs ${missing[*]} on PATH (see docs/deploy.md, kind or minikube)"
 }
 
 build_image() {
@@ -43,16 +44,11 @@ install_stack() {
   fi
   local extra=()
   [ "${SKIP_MONITORING:-0}" = 1 ] && extra=(--set metrics.serviceMonitor.enabled=false)
-  step "installing fgpu (namespace $NAMESPACE)"
-  "${helm[@]}" upgrade --install fgpu "$ROOT/charts/fgpu" --namespace "$NAMESPACE" --create-namespace \
-    -f "$ROOT/deploy/values/quickstart.yaml" --set image.repository="${IMAGE%:*}" --set image.tag="${IMAGE##*:}" \
-    "${extra[@]}" --wait --timeout 5m
-  step "waiting for the device plugins to publish the nodes' GPUs"
-  "${kubectl[@]}" -n "$NAMESPACE" rollout status daemonset -l app.kubernetes.io/component=node --timeout 3m
-  for _ in $(seq 60); do
-    [ "$("${kubectl[@]}" get gpunodes -o name | wc -l)" -ge 3 ] && break
-    sleep 2
-  done
+  # the same install and checks as `make demo` on `make cluster-up`'s cluster (devcluster/install.py): every
+  # chart pod Ready, one operator leading, the webhook reached through its Service, each node's plugin registered
+  step "installing fgpu (namespace $NAMESPACE) and checking it"
+  "$PYTHON" -m devcluster.install --context "$1" --namespace "$NAMESPACE" -f "$ROOT/deploy/values/quickstart.yaml" \
+    --image "$IMAGE" --helm "$(command -v helm)" "${extra[@]}"
   "${kubectl[@]}" get gpunodes
   if [ "${SKIP_EXAMPLES:-0}" != 1 ]; then
     step "applying the example pods (deploy/examples/pods)"

@@ -1,22 +1,21 @@
-"""`make demo`: fgpu itself, end to end, on this machine, with no Docker.
+"""`make demo`: fgpu end to end on this machine, installed as a user installs it: with its Helm chart.
 
     python -m devcluster.demo up   [--state DIR] [--pods NAME,...] [--workload-seconds S] [--no-report]
-                                   [--no-simulate]
+                                   [--no-simulate] [--kwok-nodes N]
     python -m devcluster.demo down [--state DIR]
 
-`up` tears down whatever an earlier demo left in the state directory, then starts the real control plane of
-`make testbin` (etcd, kube-apiserver, kube-scheduler, KWOK), three KWOK nodes with emulated GPUs of different
-models and sharing modes (the quick start's node pools, deploy/values/quickstart.yaml: 4x A100-80GB
-fractional, 2x H100 with MIG, 2x L4 time-sliced), on each the simgpu node daemon and fgpu's device plugin
-registered with a stub kubelet (devcluster.kubelets), fgpu's operator with its admission webhook, and a real
-Prometheus scraping them all through deploy/prometheus/scrape-configs.yaml. It applies the example pods of
-deploy/examples/pods, says what each asked for, where it went (`fgpu inspect`), why the one that cannot fit
-is Pending and why the webhook denied the invalid one; runs each placed pod's own workload (`simgpu run`,
-with the env its Allocate gave it) against its node's daemon for a few seconds so the metrics move; draws the
-dashboards' key panels with `fgpu report`; and ends with a short `fgpu simulate` on the bundled trace. The
-cluster stays up for poking at (kubeconfig and Prometheus URL printed) until `down` (`make demo-down`) stops
-every process it started (pid files, checked against each process's start time) and removes its sockets
-and data; logs and the report stay in the state directory. Ctrl-C or a failure tears down at once.
+`up` tears down whatever an earlier demo left, then brings up `make cluster-up`'s cluster (devcluster.cluster:
+the control plane, kube-proxy, one real node with containerd and a kubelet, KWOK nodes; the fgpu image built
+by buildah from the Dockerfile and imported into the node) and runs `helm install` of charts/fgpu with
+deploy/values/devcluster.yaml, the same install and checks as kind and minikube get (devcluster.install): the
+operator's two replicas, the webhook behind its Service, the device plugin and simgpu daemon DaemonSet, all as
+the chart's pods on the real kubelet. It applies the example pods of deploy/examples/pods (each a different
+request form), says what each asked for, where it went (`fgpu inspect`), why the one that cannot fit is
+Pending and why the webhook denied the invalid one; reads each placed pod's own workload output (its container
+runs `simgpu run` against the node's daemon pod); places a burst of best-effort pods on the KWOK nodes (which
+carry GPU inventories: the scheduler's view at scale); has Debian's Prometheus scrape every chart pod and draws
+the dashboards' key panels with `fgpu report`; and ends with a short `fgpu simulate` on the bundled trace. The
+cluster stays up for poking at (kubeconfig and Prometheus URL printed) until `down` (`make demo-down`).
 """
 from __future__ import annotations
 
@@ -24,114 +23,43 @@ import argparse
 import contextlib
 import io
 import json
-import os
-import queue
 import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import yaml
 
-from devcluster import fgpu
-from devcluster.kubelets import kwok_stages
-from devcluster.kubeplane import (
-    KWOK_STAGES,
-    ComponentError,
-    ControlPlane,
-    TestbinError,
-    find_testbin,
-    free_port,
-)
+from devcluster import cluster, fgpu, install, pidfiles
+from devcluster.kubeplane import ComponentError, free_port
 from devcluster.polling import WaitTimeout, wait_until
-from devcluster.prometheus import start_prometheus, static_scrape_configs
-from simgpu.token import load_or_create_secret
+from devcluster.prometheus import pod_scrape_configs, start_prometheus
 
 REPO = fgpu.REPO
 STATE = REPO / "out" / "demo"
 EXAMPLES = REPO / "deploy" / "examples" / "pods"
-POOLS = REPO / "deploy" / "values" / "quickstart.yaml"
+VALUES = REPO / "deploy" / "values" / "devcluster.yaml"
 NAMESPACE = "default"
 EXPECT = "examples.fgpu.io/expect"
-POOL_LABEL = "fgpu.io/node-pool"
 KEPT = ("logs", "report")  # what `down` leaves in the state directory
+# the KWOK nodes' GPUs (the scheduler's view at scale: KWOK only pretends to run their pods)
+KWOK_POOL = {"version": "v1", "gpus": [{"model": "A100-80GB", "count": 4, "sharing": "fractional"}],
+             "fractional": {"splitCount": 10}}
+BURST = 24  # best-effort 0.25-GPU pods placed on the KWOK nodes
 
 
 class DemoError(Exception):
     """The demo cannot go on; the message says why and what to do."""
 
 
-# ---- pid files: what `down` stops ------------------------------------------------------------------------
-def _start_time(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (/proc/PID/stat field 22): with the pid, what tells
-    a process we started from a later one that reuses its pid."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
-def remember(state: Path, name: str, pid: int) -> None:
-    pids = state / "pids"
-    pids.mkdir(parents=True, exist_ok=True)
-    seq = len(list(pids.glob("*.pid")))
-    (pids / f"{seq:02d}-{name}.pid").write_text(f"{pid} {_start_time(pid)}\n")
-
-
-def _ours(pidfile: Path) -> int | None:
-    """The pid in `pidfile` if that process is still the one we started."""
-    try:
-        pid, started = pidfile.read_text().split()
-    except (OSError, ValueError):
-        return None
-    return int(pid) if _start_time(int(pid)) == started else None
-
-
-TIERS = ("etcd", "kube-apiserver")  # stopped last, in this order reversed: the apiserver before etcd
-
-
-def _stop_all(pidfiles: list[Path], grace: float = 15) -> None:
-    """SIGTERM each one's process group at once, wait for them together, SIGKILL what is left."""
-    for pidfile in pidfiles:
-        pid = _ours(pidfile)
-        if pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        alive = [p for p in pidfiles if _ours(p) is not None]
-        if not alive:
-            return
-        for pidfile in alive:
-            with contextlib.suppress(ChildProcessError, ProcessLookupError, TypeError):
-                os.waitpid(_ours(pidfile), os.WNOHANG)  # our own child (Ctrl-C during `up`): reap it
-        time.sleep(0.05)
-    for pidfile in pidfiles:
-        pid = _ours(pidfile)
-        if pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
-
-
 def down(state: Path, say=print) -> list[str]:
-    """Stop every process the demo in `state` started, each by its process group (each runs in a session of
-    its own): fgpu's processes, Prometheus, KWOK and kube-scheduler together, then the apiserver, then etcd;
-    remove sockets, data and pid files. Returns what is still alive afterwards (nothing, normally)."""
-    pidfiles = sorted((state / "pids").glob("*.pid")) if (state / "pids").is_dir() else []
-    running = [p for p in pidfiles if _ours(p) is not None]
-
-    def named(p: Path) -> str:
-        return p.stem.split("-", 1)[1]
-
-    _stop_all([p for p in running if named(p) not in TIERS])
-    for tier in reversed(TIERS):
-        _stop_all([p for p in running if named(p) == tier])
-    time.sleep(0.1)
-    alive = [f"{p.stem} (pid {_ours(p)})" for p in pidfiles if _ours(p) is not None]
+    """Stop Prometheus, then the cluster (its supervisor tears down the node and the control plane); remove
+    everything in `state` but the logs and the report. Returns what is still alive (nothing, normally)."""
+    pidfiles.stop_all(pidfiles.files(state))
+    left = pidfiles.still_alive(state) + cluster.down(state / "cluster", say=say)
+    pidfiles.forget(state)
     if state.is_dir():
         for entry in state.iterdir():
             if entry.name not in KEPT:
@@ -139,12 +67,9 @@ def down(state: Path, say=print) -> list[str]:
                     shutil.rmtree(entry, ignore_errors=True)
                 else:
                     entry.unlink(missing_ok=True)
-    if running:
-        say(f"stopped {len(running)} processes; removed sockets and data under {state} (kept: logs, report)")
-    return alive
+    return left
 
 
-# ---- the demo --------------------------------------------------------------------------------------------
 def first_comment(path: Path) -> str:
     lines = []
     for line in path.read_text().splitlines():
@@ -152,22 +77,6 @@ def first_comment(path: Path) -> str:
             break
         lines.append(line.lstrip("# ").strip())
     return " ".join(lines)
-
-
-def describe(config: dict) -> str:
-    """A node config in a few words: "2x L4, time-sliced (4 replicas each)"."""
-    parts = []
-    for g in config["gpus"]:
-        mig = g.get("mig", {}).get("layout")
-        parts.append(f"{g.get('count', 1)}x {g['model']}" + (f" MIG {'+'.join(mig) if isinstance(mig, list) else mig}"
-                                                              if mig else ""))
-    sharing = config.get("sharing") or {}
-    if "timeSlicing" in sharing:
-        replicas = sharing["timeSlicing"]["resources"][0]["replicas"]
-        parts.append(f"time-sliced, {replicas} replicas per GPU")
-    elif any(g.get("sharing") == "fractional" for g in config["gpus"]):
-        parts.append(f"fractional, {config.get('fractional', {}).get('splitCount', 10)} slots per GPU")
-    return ", ".join(parts)
 
 
 def as_submitted(pod: dict) -> dict:
@@ -187,15 +96,27 @@ def api_message(e) -> str:
         return str(e)
 
 
+def kwok_gpu_annotations(name: str) -> tuple[dict[str, str], dict[str, str]]:
+    """A KWOK node's GPUs as its device plugin would publish them: (capacity, annotations)."""
+    from deviceplugin.labels import inventory, inventory_annotation
+    from deviceplugin.resources import discover
+    from simgpu.nodeconfig import parse_node_config
+
+    cfg = parse_node_config(KWOK_POOL)
+    resources = discover(cfg, name)
+    inv = inventory(cfg, name, cfg.gpu_devices(name), resources, {})
+    return {r.name: str(len(r.slots)) for r in resources}, inventory_annotation(inv)
+
+
 class Demo:
-    def __init__(self, state: Path, pods: list[str] | None, workload_s: float, report: bool, simulate: bool):
+    def __init__(self, state: Path, pods: list[str] | None, workload_s: float, report: bool, simulate: bool,
+                 kwok_nodes: int):
         self.state, self.pod_names, self.workload_s = state, pods, workload_s
-        self.report, self.simulate = report, simulate
+        self.report, self.simulate, self.kwok_nodes = report, simulate, kwok_nodes
         self.logs = state / "logs"
         self.t0 = time.monotonic()
-        self.plane: ControlPlane | None = None
         self.core = None
-        self.facts: dict = {"state": str(state), "ports": [], "sockets": [], "pods": {}}
+        self.facts: dict = {"state": str(state), "pods": {}}
 
     def say(self, msg: str = "") -> None:
         print(f"[{time.monotonic() - self.t0:5.1f}s] {msg}" if msg else "", flush=True)
@@ -204,177 +125,51 @@ class Demo:
         for line in text.rstrip("\n").splitlines():
             print(indent + line, flush=True)
 
-    def spawned(self, name: str, proc: subprocess.Popen) -> subprocess.Popen:
-        remember(self.state, name, proc.pid)
-        return proc
-
     def save(self) -> None:
         (self.state / "demo.json").write_text(json.dumps(self.facts, indent=1))
 
-    # -- 1. the control plane ----------------------------------------------------------------------------
-    def testbin(self) -> Path:
-        """$FGPU_TESTBIN if set (the tests'), else hack/testbin.sh: instant when cached; on a cold machine a long
-        build, whose progress is shown."""
-        if os.environ.get("FGPU_TESTBIN"):
-            try:
-                return find_testbin(os.environ["FGPU_TESTBIN"])
-            except TestbinError as e:
-                raise DemoError(str(e)) from None
-        proc = subprocess.Popen([str(REPO / "hack" / "testbin.sh")], cwd=REPO, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-        lines: queue.Queue[str | None] = queue.Queue()
-
-        def pump():
-            for line in proc.stderr:
-                lines.put(line.rstrip("\n"))
-            lines.put(None)
-
-        threading.Thread(target=pump, daemon=True).start()
-        start, announced, ticked = time.monotonic(), False, time.monotonic()
-        while True:
-            try:
-                line = lines.get(timeout=1)
-            except queue.Empty:
-                line = ""
-            if line is None:
-                break
-            waited = time.monotonic() - start
-            if not announced and (waited > 3 or "building" in line):
-                announced = True
-                self.say("the control plane is not built yet: a one-time build of kube-apiserver, kube-scheduler, "
-                         "kubelet, etcd, KWOK and helm from their Go modules, ~36 min on 2 busy cores "
-                         f"(cached in {os.environ.get('FGPU_CACHE', '~/.cache/fgpu')}; later demos take under "
-                         "3 minutes). Progress:")
-            if line and announced:
-                self.show(line)
-            if announced and time.monotonic() - ticked > 60:
-                ticked = time.monotonic()
-                self.show(f"... still building, {waited / 60:.0f} min so far")
-        out = proc.stdout.read().strip().splitlines()
-        if proc.wait() != 0 or not out:
-            raise DemoError("hack/testbin.sh could not build the control plane (its last lines are above)")
+    # -- 1. the cluster and the chart ---------------------------------------------------------------------
+    def cluster(self) -> None:
+        self.say("make cluster-up: control plane, kube-proxy, a real node (containerd + kubelet), KWOK nodes; "
+                 "the fgpu image built from the Dockerfile (each part cached after its first build):")
         try:
-            return find_testbin(out[-1])
-        except TestbinError as e:
+            facts = cluster.up(self.state / "cluster", self.kwok_nodes, image=True, say=self.say)
+        except cluster.ClusterError as e:
             raise DemoError(str(e)) from None
+        self.kubeconfig = Path(facts["kubeconfig"])
+        self.testbin = Path(facts["testbin"])
+        self.facts.update(kubeconfig=str(self.kubeconfig), cluster=facts)
+        t = facts["timings"]
+        self.say(f"cluster up in {t['total_s']:.0f} s: apiserver {facts['server']}, real node {facts['node']} "
+                 f"({facts['node_ip']}), {self.kwok_nodes} KWOK nodes; KUBECONFIG={self.kubeconfig}")
+        from kubernetes import client, config
 
-    def control_plane(self) -> None:
-        testbin = self.testbin()
-        self.say(f"control plane binaries: {testbin}")
-        self.plane = plane = ControlPlane(testbin, self.state / "plane", self.state / "data", detach=True)
-        try:
-            plane.start()
-            plane.start_scheduler()  # the time-sliced replica is the default scheduler's: a plain extended resource
-            plane.start_kwok(stages=kwok_stages(testbin / KWOK_STAGES, self.state / "kwok-stages.yaml"))
-        finally:
-            for comp in plane.components:
-                if comp.proc is not None:
-                    remember(self.state, comp.name, comp.proc.pid)
-        shutil.copy(plane.kubeconfig, self.state / "kubeconfig")
-        self.kubeconfig = self.state / "kubeconfig"
-        from kubernetes import client
-
-        self.api = plane.api()
+        self.api = config.new_client_from_config(config_file=str(self.kubeconfig))
         self.core = client.CoreV1Api(self.api)
-        self.facts["kubeconfig"] = str(self.kubeconfig)
-        self.facts["ports"] += [int(plane.server.rsplit(":", 1)[1])]
-        self.say(f"control plane up: etcd, kube-apiserver {plane.server}, kube-scheduler, KWOK "
-                 f"(KUBECONFIG={self.kubeconfig})")
-        fgpu.install_crds(plane)
 
-    # -- 2. GPU nodes ------------------------------------------------------------------------------------
-    def nodes(self) -> None:
-        from deviceplugin.resources import discover
-        from simgpu.nodeconfig import parse_node_config
+    def chart(self) -> None:
+        self.target = install.Target(kubeconfig=self.kubeconfig, helm=str(self.testbin / "helm"))
+        self.say(f"helm install fgpu charts/fgpu -n fgpu-system -f {VALUES.relative_to(REPO)} "
+                 "(the chart's own templates; values only):")
+        try:
+            install.install(self.target, [VALUES], [], "fgpu:dev")
+            found = install.check(self.target, say=lambda m: self.show(m))
+        except install.InstallError as e:
+            raise DemoError(str(e)) from None
+        self.facts["chart"] = found
+        self.say(f"fgpu installed in {found['timings']['helm_install_s']:.0f} s; every chart pod Ready")
 
-        pools = yaml.safe_load(POOLS.read_text())["nodePools"]
-        self.node_dirs: dict[str, Path] = {}
-        self.node_ports: dict[str, tuple[int, int]] = {}
-        expected: dict[str, dict[str, int]] = {}
-        daemons = []
-        for pool in pools:
-            name = pool["name"]
-            self.plane.make_kwok_nodes([name], {}, labels={POOL_LABEL: name})
-            d = self.state / "nodes" / name
-            (d / "dp").mkdir(parents=True)
-            (d / "run").mkdir()
-            load_or_create_secret(d / "secret")  # the node's token secret, in the form the plugin and daemon read
-            config = d / "node.yaml"
-            config.write_text(yaml.safe_dump({**pool["config"], "tokenSecretFile": str(d / "secret")},
-                                             sort_keys=False))
-            cfg = parse_node_config(pool["config"])
-            expected[name] = {r.name: len(r.slots) for r in discover(cfg, name)}
-            daemon_port, plugin_port = free_port(), free_port()
-            sock = d / "run" / "daemon.sock"
-            daemons.append((self.spawned(f"daemon-{name}", fgpu.start_daemon(
-                config, sock, name, self.logs / f"daemon-{name}.log", "--metrics-port", str(daemon_port),
-                "--metrics-interval", "1", detach=True, wait=False)), sock, name))
-            self.spawned(f"plugin-{name}", fgpu.start_plugin(
-                config, name, d / "dp", self.kubeconfig, sock, self.logs / f"plugin-{name}.log",
-                "--metrics-port", str(plugin_port), detach=True))
-            self.node_dirs[name], self.node_ports[name] = d, (daemon_port, plugin_port)
-            self.facts["ports"] += [daemon_port, plugin_port]
-            self.facts["sockets"] += [str(sock), str(d / "dp" / "kubelet.sock")]
-            self.say(f"node {name}: {describe(pool['config'])}; simgpu daemon + fgpu-device-plugin started")
-        for proc, sock, name in daemons:
-            fgpu.wait_daemon(proc, sock, name)
-        argv = [sys.executable, "-m", "devcluster.kubelets", "--kubeconfig", str(self.kubeconfig),
-                *[f"--node={n}={d / 'dp'}" for n, d in self.node_dirs.items()]]
-        self.spawned("kubelets", fgpu.spawn(argv, self.logs / "kubelets.log", detach=True))
+    def kwok_gpus(self) -> None:
+        names = [f"kwok-node-{i}" for i in range(1, self.kwok_nodes + 1)]
+        for name in names:
+            capacity, annotations = kwok_gpu_annotations(name)
+            self.core.patch_node_status(name, {"status": {"capacity": capacity, "allocatable": capacity}})
+            self.core.patch_node(name, {"metadata": {"annotations": annotations}})
+        if names:
+            self.say(f"KWOK nodes {', '.join(names)}: 4x A100-80GB each (fractional), published as a device plugin "
+                     "would; tainted, so only pods that tolerate kwok.x-k8s.io/node go there")
 
-        def advertised():
-            for name, resources in expected.items():
-                node = self.core.read_node(name)
-                have = node.status.allocatable or {}
-                if any(have.get(r) != str(n) for r, n in resources.items()):
-                    return False
-                if "fgpu.io/gpu-inventory" not in (node.metadata.annotations or {}):
-                    return False
-            return True
-
-        wait_until(advertised, 90, "every node's plugin to register its devices with the stub kubelet",
-                   interval=0.5, show=lambda: {n: self.core.read_node(n).status.allocatable for n in expected})
-        for name, resources in expected.items():
-            self.say(f"node {name} advertises " + ", ".join(f"{r}: {n}" for r, n in resources.items()))
-
-    # -- 3. the operator and Prometheus ---------------------------------------------------------------------
-    def operator(self) -> None:
-        webhook_port, metrics_port = free_port(), free_port()
-        self.operator_port = metrics_port
-        proc = fgpu.start_operator(self.kubeconfig, self.logs / "operator.log", "--webhook-port", str(webhook_port),
-                                   "--webhook-host", "127.0.0.1", "--manage-webhook-config", "--trusted-user", "admin",
-                                   "--metrics-port", str(metrics_port), policy="fgpu", detach=True)
-        self.spawned("operator", proc)
-        self.facts["ports"] += [webhook_port, metrics_port]
-        fgpu.wait_webhook_live(self.core, NAMESPACE)
-        self.say(f"fgpu operator up (policy fgpu): scheduler, mutating + validating webhook on :{webhook_port}")
-
-    def prometheus(self) -> None:
-        binary = shutil.which("prometheus")
-        if binary is None:
-            raise DemoError("prometheus not found: run `make prometheus` (Debian package prometheus)")
-        jobs = static_scrape_configs({
-            "fgpu-operator": (f"127.0.0.1:{self.operator_port}", "control-plane"),
-            "fgpu-device-plugin": [(f"127.0.0.1:{p}", n) for n, (_, p) in self.node_ports.items()],
-            "fgpu-node-daemon": [(f"127.0.0.1:{d}", n) for n, (d, _) in self.node_ports.items()]})
-        port = free_port()
-        workdir = self.state / "prometheus"
-        workdir.mkdir()
-        proc, self.prom_url = start_prometheus(binary, workdir, jobs, port, detach=True)
-        self.spawned("prometheus", proc)
-        self.facts["ports"].append(port)
-        self.facts["prometheus"] = self.prom_url
-        self.prom_started = time.time()
-        from fgpu_operator.observe.prom import Prometheus
-
-        prom = Prometheus(self.prom_url)
-        targets = 1 + 2 * len(self.node_ports)
-        wait_until(lambda: len(prom.query("up == 1")) == targets, 30, f"Prometheus to scrape all {targets} targets",
-                   show=lambda: prom.query("up"))
-        self.say(f"Prometheus {self.prom_url} scrapes the operator, {len(self.node_ports)} device plugins and "
-                 f"{len(self.node_ports)} node daemons every second")
-
-    # -- 4. the example pods ----------------------------------------------------------------------------
+    # -- 2. the example pods ----------------------------------------------------------------------------
     def examples(self) -> None:
         from kubernetes.client.rest import ApiException
 
@@ -418,7 +213,7 @@ class Demo:
                     out[name] = ("waiting", pod.spec.node_name or pod.status.phase)
             return out
 
-        seen = wait_until(lambda: (s := states()) and all(v[0] != "waiting" for v in s.values()) and s, 120,
+        seen = wait_until(lambda: (s := states()) and all(v[0] != "waiting" for v in s.values()) and s, 180,
                           "every admitted pod to run or be parked as unschedulable", interval=0.5, show=states)
         for name, (state, where) in seen.items():
             self.facts["pods"][name].update(state=state, node=where if state == "running" else None,
@@ -426,7 +221,7 @@ class Demo:
         self.save()
         running = sum(s == "running" for s, _ in seen.values())
         self.say(f"{running} pods placed by fgpu (the time-sliced replica by kube-scheduler), their devices "
-                 f"allocated by each node's plugin and marked Running by KWOK; "
+                 f"allocated by the chart's device plugin and their containers started by the real kubelet; "
                  f"{len(seen) - running} Pending")
 
     def inspect(self, *args: str) -> str:
@@ -444,52 +239,83 @@ class Demo:
             if pod.get("state") == "unschedulable":
                 self.say(f"why {name} is Pending (`fgpu inspect pod {name}`):")
                 self.show(self.inspect("pod", name))
-                events = self.core.list_namespaced_event(NAMESPACE, field_selector=f"involvedObject.name={name}")
-                for ev in events.items:
-                    if ev.reason == "FailedScheduling":
-                        self.show(f"event FailedScheduling: {ev.message}")
-                        break
             if pod["outcome"] == "denied":
                 self.say(f"{name} was refused by the webhook: {pod['message']}")
 
-    # -- 5. workloads, report, simulate -----------------------------------------------------------------
+    # -- 3. workloads, scale, metrics, simulate -------------------------------------------------------------
     def workloads(self) -> None:
-        records = [json.loads(p.read_text()) for d in self.node_dirs.values()
-                   for p in sorted((d / "dp" / "pods").glob("*.json"))]
-        records = [r for r in records if r["command"][:1] == ["simgpu"]]
-        if not records or self.workload_s <= 0:
+        """Each running example's own container output: what the daemon gave it, then its throughput."""
+        from kubernetes.client.rest import ApiException
+
+        names = [n for n, p in self.facts["pods"].items() if p.get("state") == "running"]
+        if not names:
             return
-        s = self.workload_s
-        self.say(f"running each placed pod's own command for {s:.0f} s against its node's simgpu daemon, with the "
-                 "env its Allocate returned (FGPU_CONTEXT_TOKEN, CUDA_DEVICE_MEMORY_LIMIT, ...):")
-        procs = []
-        for r in records:
-            cmd = list(r["command"][1:])
-            for flag, value in (("--duration", f"{s:g}"), ("--report-every", f"{max(s / 2, 1):g}")):
-                if flag in cmd:
-                    cmd[cmd.index(flag) + 1] = value
-                else:
-                    cmd += [flag, value]
-            env = {**os.environ, **r["env"]}
-            log = self.logs / f"workload-{r['pod']}.log"
-            proc = fgpu.spawn([sys.executable, "-m", "simgpu.cli", *cmd], log, env=env)
-            procs.append((r, proc))
-        for r, proc in procs:
-            try:
-                proc.wait(s + 60)
-            except subprocess.TimeoutExpired:
-                fgpu.stop(proc)
-            lines = fgpu.log_tail(proc).strip().splitlines()
-            print(f"  {r['pod']} on {r['node']}: " + (lines[0].removeprefix("simgpu run: ") if lines else ""),
-                  flush=True)
+        self.say(f"each placed pod's container runs `simgpu run` against the node's daemon pod; its output "
+                 f"(waiting up to {self.workload_s:.0f} s for a throughput line):")
+        deadline = time.monotonic() + self.workload_s
+        logs: dict[str, str] = {}
+        while time.monotonic() < deadline:
+            for name in names:
+                with contextlib.suppress(ApiException):
+                    logs[name] = self.core.read_namespaced_pod_log(name, NAMESPACE, container="main")
+            if all(len(logs.get(n, "").strip().splitlines()) >= 2 for n in names):
+                break
+            time.sleep(2)
+        for name in names:
+            lines = logs.get(name, "").strip().splitlines()
+            print(f"  {name}: " + (lines[0].removeprefix("simgpu run: ") if lines else "(no output yet)"), flush=True)
             if len(lines) > 1:
                 print(f"      {lines[-1]}", flush=True)
-        time.sleep(2)  # one more scrape of the last counters
+            self.facts["pods"][name]["output"] = lines[-2:]
+        self.save()
+
+    def burst(self) -> None:
+        if not self.kwok_nodes:
+            return
+        pods = [{"apiVersion": "v1", "kind": "Pod", "metadata": {
+                    "name": f"burst-{i:02d}", "labels": {"app.kubernetes.io/part-of": "fgpu-demo-burst"},
+                    "annotations": {"fgpu.io/gpu-fraction": "0.25"}},
+                 "spec": {"nodeSelector": {cluster.POOL_LABEL: "kwok"},
+                          "tolerations": [{**cluster.KWOK_TAINT, "operator": "Equal"}],
+                          "containers": [{"name": "main", "image": "fgpu:dev", "imagePullPolicy": "Never"}]}}
+                for i in range(BURST)]
+        t = time.monotonic()
+        for pod in pods:
+            self.core.create_namespaced_pod(NAMESPACE, pod)
+
+        def bound():
+            listed = self.core.list_namespaced_pod(NAMESPACE, label_selector="app.kubernetes.io/part-of=fgpu-demo-burst")
+            return sum(bool(p.spec.node_name) for p in listed.items) == BURST
+
+        wait_until(bound, 120, f"the {BURST} burst pods bound", interval=0.2)
+        self.say(f"{BURST} best-effort 0.25-GPU pods placed on the KWOK nodes' GPUs in {time.monotonic() - t:.1f} s")
+
+    def prometheus(self) -> None:
+        binary = shutil.which("prometheus")
+        if binary is None:
+            raise DemoError("prometheus not found: run `make prometheus` (Debian package prometheus)")
+        pods = install.release_pods(self.core, self.target)
+        port = free_port()
+        workdir = self.state / "prometheus"
+        workdir.mkdir()
+        proc, self.prom_url = start_prometheus(binary, workdir, pod_scrape_configs(pods), port, detach=True)
+        pidfiles.remember(self.state, "prometheus", proc.pid)
+        self.facts["prometheus"] = self.prom_url
+        self.prom_started = time.time()
+        from fgpu_operator.observe.prom import Prometheus
+
+        prom = Prometheus(self.prom_url)
+        targets = len([c for p in pods for c in p["spec"]["containers"] if c.get("ports")])
+        wait_until(lambda: len(prom.query("up == 1")) >= targets, 60, f"Prometheus to scrape all {targets} targets",
+                   show=lambda: prom.query("up"))
+        self.say(f"Prometheus {self.prom_url} scrapes every chart pod ({targets} targets: the operators, the node's "
+                 "device plugin and daemon) through the chart's container ports and labels")
 
     def draw(self) -> None:
         if not self.report:
             return
         out = self.state / "report"
+        time.sleep(5)  # a few more scrapes of the workloads' counters
         since = f"{int(time.time() - self.prom_started) + 5}s"
         self.say(f"fgpu report: drawing the dashboards' key panels from Prometheus (last {since})")
         done = subprocess.run([fgpu.FGPU, "report", "--prometheus", self.prom_url, "--out", str(out), "--since", since],
@@ -512,20 +338,21 @@ class Demo:
     def run(self) -> None:
         self.state.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(exist_ok=True)
-        self.say(f"fgpu demo: the product end to end on this machine, no Docker (state: {self.state}, "
-                 f"logs: {self.logs})")
-        self.control_plane()
-        self.nodes()
-        self.operator()
-        self.prometheus()
+        self.say(f"fgpu demo: the product as a user installs it, on this machine, no Docker (state: {self.state})")
+        self.cluster()
+        self.chart()
+        self.kwok_gpus()
         self.save()
         self.examples()
         self.settle()
+        self.prometheus()
         self.where()
         self.workloads()
+        self.burst()
         self.draw()
         self.replay()
-        self.say(f"done. The cluster is still up: KUBECONFIG={self.kubeconfig} kubectl get pods -o wide; "
+        self.save()
+        self.say(f"done. The cluster is still up: KUBECONFIG={self.kubeconfig} kubectl get pods -A -o wide; "
                  f"KUBECONFIG={self.kubeconfig} .venv/bin/fgpu inspect; Prometheus {self.prom_url}")
         self.say("tear it all down: make demo-down")
 
@@ -538,7 +365,9 @@ def main(argv: list[str] | None = None) -> int:
     for q in (up, down_p):
         q.add_argument("--state", type=Path, default=STATE, help=f"state directory (default {STATE})")
     up.add_argument("--pods", help="comma-separated example pod names (default: every example)")
-    up.add_argument("--workload-seconds", type=float, default=10.0, help="how long the pods' workloads run")
+    up.add_argument("--workload-seconds", type=float, default=45.0,
+                    help="how long to wait for the example workloads' first throughput lines")
+    up.add_argument("--kwok-nodes", type=int, default=2, help="KWOK nodes with GPUs beside the real node")
     up.add_argument("--no-report", action="store_true", help="skip `fgpu report`")
     up.add_argument("--no-simulate", action="store_true", help="skip `fgpu simulate`")
     args = p.parse_args(argv)
@@ -550,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"demo down: nothing of it is running (state {state})")
         return 0
+    if args.kwok_nodes < 0:
+        p.error(f"--kwok-nodes: {args.kwok_nodes} is not a count of nodes (0 or more)")
 
     down(state, say=lambda m: print(f"an earlier demo was still up: {m}"))
     signal.signal(signal.SIGINT, signal.default_int_handler)  # even where the shell ignores it (a background job)
@@ -559,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, interrupted)
     demo = Demo(state, args.pods.split(",") if args.pods else None, args.workload_seconds,
-                not args.no_report, not args.no_simulate)
+                not args.no_report, not args.no_simulate, args.kwok_nodes)
     try:
         demo.run()
     except KeyboardInterrupt:

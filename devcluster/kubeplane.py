@@ -3,7 +3,7 @@ kube-controller-manager, kube-scheduler and KWOK, each a child process on loopba
 
 No pytest here (tests/e2e/conftest.py wraps it in fixtures), so the lifecycle can be read and reused on its
 own. Binaries come from the directory `make testbin` prints (env FGPU_TESTBIN). Why the flags are what they
-are: DESIGN.md §5 and docs/testing.md.
+are: docs/testing.md.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from pathlib import Path
 
 import yaml
 
-BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd", "kwok", "helm")
+BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy", "kubelet", "etcd", "kwok",
+            "helm", "containerd", "ctr", "containerd-shim-runc-v2")
 KWOK_STAGES = "kwok-stages.yaml"  # upstream KWOK stage definitions, copied there by hack/testbin.sh
 KWOK_LEASE_STAGE = "kwok-stage-node-heartbeat-with-lease.yaml"  # the kubelet-like heartbeat, the same way
 KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
@@ -100,10 +101,12 @@ def http_ok(url: str, token: str | None = None, timeout: float = 2.0) -> bool:
 class Component:
     """One control-plane process, its argv and its log file."""
 
-    def __init__(self, name: str, argv: list[str], log_path: Path, detach: bool = False):
+    def __init__(self, name: str, argv: list[str], log_path: Path, detach: bool = False,
+                 env: dict[str, str] | None = None):
         self.name = name
         self.argv = argv
         self.log_path = log_path
+        self.env = env  # None: this process's environment
         self.detach = detach  # a session of its own that outlives the parent (the demo's cluster)
         self.proc: subprocess.Popen | None = None
 
@@ -113,6 +116,7 @@ class Component:
             self.proc = subprocess.Popen(
                 self.argv,
                 stdin=subprocess.DEVNULL,
+                env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=self.detach,
@@ -165,8 +169,12 @@ class ControlPlane:
     order, the apiserver before etcd.
     """
 
-    def __init__(self, testbin: Path, workdir: Path, datadir: Path, detach: bool = False):
+    def __init__(self, testbin: Path, workdir: Path, datadir: Path, detach: bool = False,
+                 address: str = "127.0.0.1"):
         self.testbin = testbin
+        # where the apiserver is reached: loopback for tests of the API alone; the host's own address for a
+        # cluster whose pods call it (through the `kubernetes` Service, whose endpoint is this address)
+        self.address = address
         self.detach = detach  # processes outlive this one (see Component); stop() still stops them
         self.workdir = workdir  # logs, certificates, kubeconfig: kept after the run for post-mortems
         self.datadir = datadir  # etcd's data: large, removed by the caller
@@ -248,13 +256,16 @@ class ControlPlane:
         tokens.write_text(f'{self.token},admin,admin,"system:masters"\n')
         tokens.chmod(0o600)
         port = free_port()
-        self.server = f"https://127.0.0.1:{port}"
+        self.server = f"https://{self.address}:{port}"
         self.ca_file = certs / "apiserver.crt"  # self-signed by the apiserver: its cert then its CA
+        loopback = self.address.startswith("127.")
         apiserver = self._launch("kube-apiserver", [
             self.bin("kube-apiserver"),
             f"--etcd-servers={self.etcd_url}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            # The self-signed serving certificate names the advertise address and the `kubernetes` Service's
+            # ClusterIP (the first of the range), so clients in pods verify it as they would on kind.
+            f"--bind-address={'127.0.0.1' if loopback else '0.0.0.0'}",
+            f"--advertise-address={self.address}",
             f"--secure-port={port}",
             f"--cert-dir={certs}",
             f"--token-auth-file={tokens}",
@@ -264,8 +275,8 @@ class ControlPlane:
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--allow-privileged=true",
-            # a loopback advertise address is not a valid Endpoints address: don't reconcile `kubernetes`
-            "--endpoint-reconciler-type=none",
+            # a loopback advertise address is not a valid Endpoints address: then don't reconcile `kubernetes`
+            *(["--endpoint-reconciler-type=none"] if loopback else []),
             # the real-kubelet node's Hostname address is a name no DNS resolves: reach kubelets by IP
             "--kubelet-preferred-address-types=InternalIP,Hostname",
             "--profiling=false",
@@ -367,6 +378,28 @@ class ControlPlane:
         ])
         sched.wait_ready(lambda: http_ok(f"https://127.0.0.1:{port}/readyz"), 90, "/readyz answering ok")
         self.scheduler_url = f"https://127.0.0.1:{port}"
+
+    def start_kube_proxy(self, node_name: str, cluster_cidr: str) -> None:
+        """kube-proxy in iptables mode on this host, as kind runs it on each node: ClusterIP Services then work
+        from pods and from this host (the apiserver calls the webhook through its Service). Its conntrack
+        limits are left as they are (maxPerCore 0, as kind does): it may not write those sysctls here.
+        `stop()` runs `kube-proxy --cleanup`, so no NAT rule outlives it."""
+        if self.running("kube-proxy"):
+            return
+        health, metrics = free_port(), free_port()
+        path = self.workdir / "kube-proxy.config.yaml"
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
+            "clientConnection": {"kubeconfig": str(self.kubeconfig)}, "mode": "iptables",
+            "clusterCIDR": cluster_cidr, "hostnameOverride": node_name,
+            "conntrack": {"maxPerCore": 0}, "healthzBindAddress": f"127.0.0.1:{health}",
+            "metricsBindAddress": f"127.0.0.1:{metrics}"}, sort_keys=False))
+        proxy = self._launch("kube-proxy", [self.bin("kube-proxy"), f"--config={path}", "--v=1"])
+        proxy.wait_ready(lambda: http_ok(f"http://127.0.0.1:{health}/healthz"), 60, "/healthz answering ok")
+
+    def cleanup_kube_proxy(self) -> None:
+        """Remove kube-proxy's iptables chains and rules (`kube-proxy --cleanup`)."""
+        cleanup_kube_proxy(self.testbin, self.workdir)
 
     def start_kwok(self, stages: Path | None = None, node_lease_seconds: int = 0) -> None:
         """KWOK manages nodes annotated kwok.x-k8s.io/node=fake (marks them Ready, heartbeats them) and runs
@@ -505,9 +538,19 @@ class ControlPlane:
             self.components.remove(comp)
 
     def stop(self) -> None:
-        """Stop everything, newest first: KWOK/scheduler/controller-manager, then the apiserver, then etcd."""
+        """Stop everything, newest first: KWOK/scheduler/controller-manager, then the apiserver, then etcd;
+        kube-proxy's rules go with it."""
         for comp in reversed(self.components):
             comp.stop()
+        if "kube-proxy" in self._by_name:
+            self.cleanup_kube_proxy()
+
+
+def cleanup_kube_proxy(testbin: Path, logdir: Path) -> None:
+    """`kube-proxy --cleanup`: its KUBE-* chains and rules removed (also after a kill, from another process)."""
+    with open(logdir / "kube-proxy-cleanup.log", "ab") as log:
+        subprocess.run([str(testbin / "kube-proxy"), "--cleanup", "--v=1"], stdin=subprocess.DEVNULL, stdout=log,
+                       stderr=subprocess.STDOUT, timeout=60, check=False)
 
 
 def _generate_rsa_key(path: Path) -> None:

@@ -39,6 +39,37 @@ def static_scrape_configs(pods: dict[str, list[tuple[str, str]] | tuple[str, str
     return jobs
 
 
+def pod_scrape_configs(pods: list[dict]) -> list[dict]:
+    """scrape-configs.yaml for pods that run in a cluster: Kubernetes SD (which Debian's build lacks) replaced
+    by what it would find, each pod's IP and the port of each of its containers, with the meta labels SD gives
+    them (the pod's labels, its name and node, the port's name). The jobs' own relabelling then keeps and
+    labels the targets unchanged, exactly as in a cluster whose Prometheus has SD."""
+    jobs = yaml.safe_load((DEPLOY / "scrape-configs.yaml").read_text())
+    for job in jobs:
+        assert job.pop("kubernetes_sd_configs") == [{"role": "pod"}], job["job_name"]
+        job["static_configs"] = []
+        for pod in pods:
+            ip = (pod.get("status") or {}).get("podIP")
+            if not ip:
+                continue
+            meta = {f"__meta_kubernetes_pod_label_{_label_name(k)}": v
+                    for k, v in (pod["metadata"].get("labels") or {}).items()}
+            meta.update({"__meta_kubernetes_pod_name": pod["metadata"]["name"],
+                         "__meta_kubernetes_namespace": pod["metadata"]["namespace"],
+                         "__meta_kubernetes_pod_node_name": pod["spec"].get("nodeName", "")})
+            for container in pod["spec"]["containers"]:
+                for port in container.get("ports") or []:
+                    job["static_configs"].append({"targets": [f"{ip}:{port['containerPort']}"], "labels": {
+                        **meta, "__meta_kubernetes_pod_container_port_name": port.get("name", ""),
+                        "__meta_kubernetes_pod_container_name": container["name"]}})
+    return jobs
+
+
+def _label_name(key: str) -> str:
+    """A Kubernetes label key as Kubernetes SD spells it in a meta label: every invalid character an '_'."""
+    return "".join(c if c.isalnum() else "_" for c in key)
+
+
 def start_prometheus(binary: str, workdir: Path, scrape_configs: list[dict], port: int, interval: str = "1s",
                      detach: bool = False, timeout: float = 30) -> tuple[subprocess.Popen, str]:
     """`prometheus` on 127.0.0.1:port with its config, log and TSDB in workdir, scraping every `interval`;

@@ -1,5 +1,5 @@
 """Every key and name on the wire: annotations, labels, resource names, the scheduler name, and each peer's
-spelling of a GPU request that fgpu accepts (DESIGN.md §4, reference/peers.md §(c)).
+spelling of a GPU request that fgpu accepts (where each comes from: docs/compatibility.md).
 
 Only constants and tiny pure helpers live here; formats (JSON bodies) are in `assignment` and `inventory`.
 """

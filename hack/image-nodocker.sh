@@ -14,6 +14,8 @@
 #   cache:   ${FGPU_CACHE:-$HOME/.cache/fgpu}/image/   rootfs-bookworm/ (the base rootfs, built once),
 #            storage/ + run/ (buildah's own store, not the system one), fgpu.tar (the built image as a
 #            docker-archive: `kind load image-archive`, `minikube image load`, `ctr -n k8s.io images import`).
+#            fgpu.tar.inputs: the hash of everything that goes into the image (this script, the Dockerfile,
+#            .dockerignore and the build context it lets through); an unchanged tree reuses fgpu.tar at once.
 #            Nothing is written in the repository.
 #   pip inside the build reaches PyPI (the Dockerfile's own RUN pip install).
 #   output:  progress on stderr; the LAST line on stdout is the OCI archive's path.
@@ -37,10 +39,32 @@ say() { echo "image-nodocker: $*" >&2; }
 die() { echo "image-nodocker: $*" >&2; exit 1; }
 
 [[ $(uname -s) == Linux ]] || die "needs Linux (buildah's chroot isolation); this is $(uname -s)"
+# ---- an unchanged tree: the archive built from it last time ------------------------------------------------
+# The build context is what .dockerignore lets through: those paths, less __pycache__.
+inputs_hash() {
+    (cd "$REPO" && {
+        cat "$0" Dockerfile .dockerignore
+        find pyproject.toml setup.py README.md fgpu_contracts simgpu deviceplugin operator -type f \
+            ! -path '*/__pycache__/*' ! -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum
+    } | sha256sum | cut -c1-16)
+}
+HASH=$(inputs_hash)
+if [[ -f $ARCHIVE && -f $ARCHIVE.inputs && "$(cat "$ARCHIVE.inputs")" == "$HASH" && ${FGPU_IMAGE_REBUILD:-0} != 1 ]]; then
+    say "reusing $ARCHIVE (inputs $HASH unchanged; FGPU_IMAGE_REBUILD=1 rebuilds)"
+    echo "$ARCHIVE"
+    exit 0
+fi
+
 [[ $(id -u) -eq 0 ]] || die "must run as root (buildah with chroot isolation and vfs storage, debootstrap); run: sudo $0"
-for tool in buildah debootstrap; do
-    command -v "$tool" >/dev/null || die "$tool not found: apt-get install -y buildah debootstrap"
-done
+missing=()
+for tool in buildah debootstrap; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+if [[ ${#missing[@]} -gt 0 ]]; then
+    command -v apt-get >/dev/null || die "${missing[*]} not found: install Debian's buildah and debootstrap"
+    say "installing Debian packages: ${missing[*]}"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        buildah debootstrap; } >/tmp/fgpu-image-apt.log 2>&1 \
+        || die "apt-get could not install ${missing[*]}: $(grep -m1 -E '^(E|W):' /tmp/fgpu-image-apt.log || tail -n1 /tmp/fgpu-image-apt.log)"
+fi
 mkdir -p "$DIR"
 bah() { buildah --root "$DIR/storage" --runroot "$DIR/run" --storage-driver vfs "$@"; }
 
@@ -84,11 +108,12 @@ say "buildah bud $REPO/Dockerfile -> $IMAGE (base $BASE_IMAGE)"
 HOST_CA=${FGPU_BUILD_CA:-${PIP_CERT:-${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}}}
 ca_mount=()
 if [[ -f $HOST_CA ]]; then ca_mount=(--volume "$HOST_CA:/etc/ssl/certs/ca-certificates.crt:ro"); fi
-bah bud --isolation chroot --pull=never --layers=false --build-arg PYTHON_IMAGE="$BASE_IMAGE" "${ca_mount[@]}" \
+# --layers: each step's result is kept as a cache image, so a change to fgpu's sources alone reruns only the
+# steps from its COPY on (the dependencies' pip install, most of the build's time, is reused)
+bah bud --isolation chroot --pull=never --layers=true --build-arg PYTHON_IMAGE="$BASE_IMAGE" "${ca_mount[@]}" \
     -t "$IMAGE" -f "$REPO/Dockerfile" "$REPO" > "$DIR/build.log" 2>&1 \
     || die "buildah bud failed: $(grep -m1 -iE 'error|failed' "$DIR/build.log" || tail -n1 "$DIR/build.log") (full log: $DIR/build.log)"
 bah rm --all >/dev/null 2>&1 || true
-bah rmi --prune >/dev/null 2>&1 || true   # the dangling build stage
 
 # ---- checks: the user, every entrypoint --------------------------------------------------------------------
 user=$(bah inspect --type image --format '{{.OCIv1.Config.User}}' "$IMAGE")
@@ -98,6 +123,8 @@ trap 'bah rm "$ctr" >/dev/null 2>&1 || true' EXIT
 run() { bah run --isolation chroot "$ctr" -- "$@"; }
 ids=$(run python -c 'import os; print(os.getuid(), os.getgid())') || die "python does not run in $IMAGE"
 [[ $ids == "65532 65532" ]] || die "a process in $IMAGE runs as uid/gid '$ids', not 65532 65532"
+name=$(run python -c 'import getpass; print(getpass.getuser())') || die "uid 65532 has no passwd entry in $IMAGE (getpass.getuser() fails: Kopf needs it)"
+[[ $name == fgpu ]] || die "uid 65532 is '$name' in $IMAGE, not fgpu"
 for cmd in "fgpu --help" "fgpu-device-plugin --help" "kubectl-fgpu --help" "simgpu daemon --help" "simgpu run --help"; do
     # shellcheck disable=SC2086
     out=$(run $cmd 2>&1) || die "'$cmd' fails in $IMAGE: $(tail -n1 <<<"$out")"
@@ -107,7 +134,7 @@ done
 run sh -c 'test ! -w /opt/fgpu/bin' || die "the non-root user can write /opt/fgpu/bin in $IMAGE"
 bah rm "$ctr" >/dev/null; trap - EXIT
 
-rm -f "$ARCHIVE"
+rm -f "$ARCHIVE" "$ARCHIVE.inputs"
 bah push -q "$IMAGE" "docker-archive:$ARCHIVE:${IMAGE#localhost/}" >/dev/null 2>&1 || die "buildah push to $ARCHIVE failed"
 
 # ---- the same checks under containerd + runc (what a kubelet runs it with): a throwaway containerd -------
@@ -140,4 +167,5 @@ fi
 
 size=$(bah images --format '{{.Size}}' "$IMAGE" | head -n1)
 say "built $IMAGE: $size uncompressed, user $user; docker-archive at $ARCHIVE (kind load image-archive / ctr images import)"
+echo "$HASH" > "$ARCHIVE.inputs"
 echo "$ARCHIVE"

@@ -2,10 +2,11 @@
 # Prepare this machine for the real-kubelet e2e test (tests/e2e/test_real_kubelet.py): idempotent, and
 # a second run with nothing to do takes well under a second. `make test` runs it before pytest.
 #
-#   packages: Debian's containerd, runc, containernetworking-plugins (apt-get; skipped when installed)
+#   packages: Debian's runc, containernetworking-plugins, iptables, conntrack (apt-get; skipped when installed);
+#             containerd itself is 2.x from hack/testbin.sh (Kubernetes >= 1.36 needs it; Debian's is 1.6)
 #   node dir: ${FGPU_CACHE:-$HOME/.cache/fgpu}/node/   (nothing is written inside the repository)
-#       containerd.toml        the CRI settings this machine needs (see below); root/state/socket are given
-#                              on containerd's command line by the test, which runs its own containerd
+#       containerd.toml        the CRI settings this machine needs (config version 3, see below); root/state/
+#                              socket are given on containerd's command line by whoever runs it (a test, devcluster)
 #       net.d/                 the CNI config: one bridge network (host-local IPs)
 #       fgpu-probe             hack/node-probe built static (CGO_ENABLED=0)
 #       fgpu-probe.oci.tar     it, packed as an OCI image layout by hack/oci_pack.py: the pod's image and
@@ -21,7 +22,7 @@ set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 FGPU_CACHE=${FGPU_CACHE:-$HOME/.cache/fgpu}
 NODE_DIR="$FGPU_CACHE/node"
-PACKAGES=(containerd runc containernetworking-plugins)
+PACKAGES=(runc containernetworking-plugins iptables conntrack)
 CNI_BIN_DIR=/usr/lib/cni               # where Debian puts the CNI plugins (containerd's default: /opt/cni/bin)
 IMAGE=fgpu.local/e2e/fgpu-probe:v1     # the workload image (pods use imagePullPolicy: Never)
 SANDBOX_IMAGE=fgpu.local/e2e/pause:v1  # the same image, as containerd's sandbox image
@@ -38,7 +39,7 @@ inputs_hash() {
 }
 
 packages_installed() {
-    command -v containerd >/dev/null && command -v ctr >/dev/null && command -v runc >/dev/null \
+    command -v runc >/dev/null && command -v iptables-restore >/dev/null && command -v conntrack >/dev/null \
         && [[ -x $CNI_BIN_DIR/bridge && -x $CNI_BIN_DIR/host-local && -x $CNI_BIN_DIR/loopback ]]
 }
 
@@ -56,7 +57,7 @@ grep -qw overlay /proc/filesystems || die "the kernel lacks overlayfs, which con
 
 # ---- packages --------------------------------------------------------------------------------------------
 if ! packages_installed; then
-    command -v apt-get >/dev/null || die "apt-get not found: install ${PACKAGES[*]} (containerd 1.6+, runc, CNI plugins in $CNI_BIN_DIR) by hand"
+    command -v apt-get >/dev/null || die "apt-get not found: install ${PACKAGES[*]} (runc, CNI plugins in $CNI_BIN_DIR, iptables, conntrack) by hand"
     say "installing Debian packages: ${PACKAGES[*]}"
     # one setup at a time: apt holds its own lock, but a clear wait message beats a lock error
     log=$(mktemp)
@@ -67,37 +68,42 @@ if ! packages_installed; then
         die "apt-get could not install ${PACKAGES[*]}: $first"
     fi
     rm -f "$log"
-    packages_installed || die "installed ${PACKAGES[*]} but containerd/ctr/runc or $CNI_BIN_DIR/{bridge,host-local,loopback} are still missing"
+    packages_installed || die "installed ${PACKAGES[*]} but runc/iptables-restore/conntrack or $CNI_BIN_DIR/{bridge,host-local,loopback} are still missing"
 fi
-say "$(containerd --version 2>/dev/null | head -n1); $(runc --version 2>/dev/null | head -n1)"
+say "$(runc --version 2>/dev/null | head -n1); $(iptables --version 2>/dev/null)"
 
 mkdir -p "$NODE_DIR/net.d"
 
 # ---- containerd: the CRI plugin's settings -------------------------------------------------------------
 # restrict_oom_score_adj: without CAP_SYS_RESOURCE (Firecracker VMs, some containers) runc cannot set the
 #   pause container's oom_score_adj -998 and sandbox creation fails ("can't get final child's PID").
-# cni.bin_dir: Debian installs the plugins in /usr/lib/cni; containerd looks in /opt/cni/bin by default.
+# cni.bin_dirs: Debian installs the plugins in /usr/lib/cni; containerd looks in /opt/cni/bin by default.
 # sandbox_image: nothing can be pulled here; the locally imported probe image stands in for pause.
 cat >"$NODE_DIR/containerd.toml.tmp" <<EOF
-# written by hack/node-setup.sh; root, state and the socket come from the command line (the test's temp dir)
-version = 2
+# written by hack/node-setup.sh for containerd 2.x; root, state and the socket come from the command line
+version = 3
 
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "$SANDBOX_IMAGE"
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "$SANDBOX_IMAGE"
+
+[plugins.'io.containerd.cri.v1.runtime']
   restrict_oom_score_adj = true
   # pod network namespaces under the (per-run) state dir rather than /run/netns: a run's teardown, or the
   # next run after a crash, finds and removes them with the rest
   netns_mounts_under_state_dir = true
   enable_selinux = false
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
+  # CDI (on by default in 2.x): where a DRA driver writes its device specs
+  cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
     default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
         SystemdCgroup = false
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "$CNI_BIN_DIR"
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["$CNI_BIN_DIR"]
     conf_dir = "$NODE_DIR/net.d"
 EOF
 mv "$NODE_DIR/containerd.toml.tmp" "$NODE_DIR/containerd.toml"

@@ -6,7 +6,7 @@
 # Why: the image's base (the Dockerfile's python:3.12.x-slim-bookworm, Docker's official image) compiles CPython
 # with profile-guided and link-time optimisation (`--enable-optimizations --with-lto`); pyenv's and most
 # distributions' builds here do not, and the operator is pure Python on one thread, so the interpreter's build
-# sets much of its rate (README, "Scheduler throughput").
+# sets much of its rate (docs/benchmarks.md, "Scheduler throughput").
 #   source:  python.org is not reachable here; the Go module proxy serves CPython's tagged sources as the module
 #            github.com/python/cpython (vX.Y.Z+incompatible.zip). VERSION defaults to the proxy's 3.12 release closest to the
 #            Dockerfile's pin and not older (the pin's own when the proxy has it).

@@ -2,7 +2,7 @@
 # Print the interpreter `make` builds .venv with: the operator image's Python (the Dockerfile's PYTHON_IMAGE,
 # e.g. python:3.12.x -> python3.12) where this machine has it: built as the image's is by `make python-pgo`, on PATH,
 # or under pyenv, so the tests and the benchmarks run what a Helm install deploys (the operator bound ~1.3x the
-# pods/s on 3.12 as on 3.11 here: README, "Scheduler throughput"); otherwise python3, with a note on stderr.
+# pods/s on 3.12 as on 3.11 here: docs/benchmarks.md, "Scheduler throughput"); otherwise python3, with a note on stderr.
 # Override: make PYTHON=...
 set -euo pipefail
 cd "$(dirname "$0")/.."

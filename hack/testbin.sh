@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build (or reuse) the Kubernetes control plane the e2e tests run against: kube-apiserver,
 # kube-controller-manager, kube-scheduler, kubelet, etcd, kwok and helm, compiled from their Go modules with the
-# machine's Go toolchain and module proxy (DESIGN.md §5). Nothing is written inside the repository.
+# machine's Go toolchain and module proxy (docs/testing.md). Nothing is written inside the repository.
 #
 #   cache:  ${FGPU_CACHE:-$HOME/.cache/fgpu}/testbin/<pinned versions>/   (the executables + .stamp)
 #           Only what is missing there is built: a cache made before kubelet joined the set keeps its
@@ -113,7 +113,7 @@ new_module() {
 
 verify() {
     local b=$1 out
-    if [[ $b == helm || $b == ctr ]]; then
+    if [[ $b == helm ]]; then
         out=$("$OUT/$b" version 2>&1) || die "$OUT/$b version failed: $(head -n1 <<<"$out")"
     else
         out=$("$OUT/$b" $([[ $b == containerd-shim-runc-v2 ]] && echo -v || echo --version) 2>&1) || die "$OUT/$b --version failed: $(head -n1 <<<"$out")"

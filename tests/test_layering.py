@@ -1,4 +1,4 @@
-"""The layering of DESIGN.md §3/§9, as `lint-imports` checks it against the contracts in pyproject.toml
+"""The layering of docs/architecture.md, as `lint-imports` checks it against the contracts in pyproject.toml
 ([tool.importlinter]): a pure placement core, fgpu_contracts importing no other fgpu package, simgpu importing
 neither the device plugin nor the operator, and no import cycle between the modules of any package."""
 import subprocess

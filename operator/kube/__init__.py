@@ -1,8 +1,8 @@
 """The operator's Kubernetes I/O for the scheduler's hot path: asyncio + aiohttp on raw JSON dicts.
 
 Kopf does the watching; this package does the writes (Binding, PodScheduled=False, Events) and leader
-election, each returning an `Outcome` instead of raising on API errors. See DESIGN.md §9 for why the bind
-path is not the official client.
+election, each returning an `Outcome` instead of raising on API errors. See docs/architecture.md ("Decisions") for why
+the bind path is not the official client.
 
 Credentials wrap a `kopf.ConnectionInfo`, so `Credentials(kopf.login_with_kubeconfig())` reuses Kopf's
 login; `load()` is preferred in a pod, as it also re-reads the rotating service-account token.

@@ -1,6 +1,6 @@
 """One aiohttp session to the apiserver for the scheduler's writes: raw JSON, rate limited, bounded.
 
-Measured (reference/scheduler-baseline.md): the official client in threads caps a do-nothing Python binder
+Measured (docs/architecture.md, "Decisions"): the official client in threads caps a do-nothing Python binder
 at 0.38x kube-scheduler, asyncio + aiohttp on raw dicts at ~2x. So the hot path talks HTTP itself, with a
 client-side QPS/burst limit (as client-go's) and a cap on requests in flight, and retries the transient
 failures (429, 5xx, timeouts, dropped connections) a bounded number of times with jittered backoff.

@@ -18,7 +18,7 @@ averaged over its lifetime (weighted by time). With simgpu importable, `interfer
 it with simgpu's time-slicing model (each pod loops on a GEMM, busy a fraction of time equal to its GPU share).
 For GPUs simgpu has no model of (the undisclosed G2/G3 get stand-ins there; others fall through), or without
 simgpu, a documented fallback: k always-busy clients each get 1/k of the GPU, minus a 0.15 ms context switch
-per 2.1 ms slice (the H100 time-slicing measurements in DESIGN.md section 6).
+per 2.1 ms slice (the H100 time-slicing measurements in docs/sources.md).
 """
 from __future__ import annotations
 

@@ -45,6 +45,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="synchronize every N iterations (1: like a training step that reads its loss)")
     p.add_argument("--report-every", type=float, default=5.0, help="seconds between progress lines")
     p.add_argument("--json", action="store_true", help="one JSON object per report line")
+    p.add_argument("--no-reconnect", action="store_true",
+                   help="exit when the node daemon goes away, instead of waiting for it and opening a new context")
     p.set_defaults(func=_run)
 
 
@@ -58,10 +60,20 @@ def _report(args, stats: dict) -> None:
               + (f" (+{stats['host_bytes'] >> 20} MiB spilled)" if stats["host_bytes"] else ""), flush=True)
 
 
+RECONNECT_S = 120.0  # how long a workload waits for its node daemon to come back (a DaemonSet roll takes ~30 s)
+
+
+class _Progress:
+    """Iterations and emulated time across the contexts a run opens (a reconnect opens a new one)."""
+
+    def __init__(self) -> None:
+        self.iterations, self.virtual_done, self.start_wall = 0, 0.0, time.monotonic()
+        self.reported = 0  # iterations whose emulated time is in virtual_done (a lost context loses the rest)
+
+
 def _run(args: argparse.Namespace) -> int:
-    from simgpu.client import DaemonClient
     from simgpu.env import CONTEXT_TOKEN, read_container_env
-    from simgpu.workloads import get_workload, pick_dtype
+    from simgpu.workloads import get_workload
 
     env = read_container_env(os.environ)
     socket_path = args.socket or env.daemon_socket or DEFAULT_SOCKET
@@ -74,6 +86,43 @@ def _run(args: argparse.Namespace) -> int:
         if value is not None and value <= 0:
             raise SimgpuError(f"got {value}", field=f"--{name.replace('_', '-')}", allowed=["> 0"])
     get_workload(args.workload)  # a bad name fails before connecting
+    progress = _Progress()
+    while True:
+        try:
+            return _session(args, socket_path, token, progress)
+        except SimgpuError as e:
+            # the daemon went away (its pod restarted, e.g. a DaemonSet roll): every context it held is gone;
+            # the signed grant still holds, so wait for the daemon and open a new context with it
+            if e.field != "socket" or args.no_reconnect:
+                raise
+            progress.iterations = progress.reported
+            print(f"simgpu run: lost the node daemon ({e}); reconnecting (up to {RECONNECT_S:.0f} s)",
+                  file=sys.stderr, flush=True)
+            waited = _wait_for_daemon(socket_path)
+            print(f"simgpu run: reconnected after {waited:.1f} s; a new context, same grant", file=sys.stderr,
+                  flush=True)
+
+
+def _wait_for_daemon(socket_path: str) -> float:
+    from simgpu.client import DaemonClient
+
+    t0 = time.monotonic()
+    while True:
+        try:
+            with DaemonClient(socket_path, timeout=2.0) as client:
+                client.devices()
+            return time.monotonic() - t0
+        except SimgpuError:
+            if time.monotonic() - t0 > RECONNECT_S:
+                raise SimgpuError(f"the node daemon at {socket_path} did not come back in {RECONNECT_S:.0f} s",
+                                  field="socket") from None
+            time.sleep(0.5)
+
+
+def _session(args: argparse.Namespace, socket_path: str, token: str, progress: _Progress) -> int:
+    """One context: allocate, then loop until done; raises SimgpuError(field='socket') if the daemon goes."""
+    from simgpu.client import DaemonClient
+    from simgpu.workloads import get_workload, pick_dtype
 
     with DaemonClient(socket_path) as client:
         ctx = client.open_context(token)
@@ -93,24 +142,23 @@ def _run(args: argparse.Namespace) -> int:
         while left > 0:
             ctx.malloc(min(chunk, left))
             left -= min(chunk, left)
-        start_wall = time.monotonic()
         start_virtual = ctx.synchronize().virtual_time
-        iterations, last_report = 0, start_wall
-        stats: dict = {}
+        last_report = time.monotonic()
         while True:
             for op in work.ops:
                 ctx.launch(op)
-            iterations += 1
+            progress.iterations += 1
+            iterations = progress.iterations
             now = time.monotonic()
             finished = (args.iterations is not None and iterations >= args.iterations) or \
-                (args.duration is not None and now - start_wall >= args.duration)
+                (args.duration is not None and now - progress.start_wall >= args.duration)
             if iterations % args.sync_every and not finished:
                 continue
             done = ctx.synchronize()
             now = time.monotonic()
             if finished or now - last_report >= args.report_every:
-                virtual = max(1e-12, done.virtual_time - start_virtual)
-                wall = max(1e-9, now - start_wall)
+                virtual = max(1e-12, progress.virtual_done + done.virtual_time - start_virtual)
+                wall = max(1e-9, now - progress.start_wall)
                 usage = ctx.usage()
                 stats = {"workload": work.name, "iterations": iterations, "it_per_s": iterations / virtual,
                          "tflops": iterations * work.flops / virtual / 1e12, "real_it_per_s": iterations / wall,
@@ -119,6 +167,8 @@ def _run(args: argparse.Namespace) -> int:
                          "host_bytes": usage["host_bytes"], "progress_rate": usage["progress_rate"]}
                 _report(args, stats)
                 last_report = now
+                progress.virtual_done, start_virtual = virtual, done.virtual_time
+                progress.reported = iterations
             if finished:
                 break
         ctx.close()

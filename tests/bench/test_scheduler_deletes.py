@@ -1,6 +1,6 @@
-"""bench/scheduler.py's wait between runs: it counts KWOK's late pod DELETEs in instead of trusting a quiet spell,
+"""bench/scheduler.py's wait between runs (bench/lib/metrics.py): it counts KWOK's late pod DELETEs in instead of trusting a quiet spell,
 so a KWOK that starts late no longer lands its DELETEs inside the next run."""
-import importlib.util
+import importlib
 import sys
 import time
 from pathlib import Path
@@ -12,15 +12,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_scheduler", REPO / "bench" / "scheduler.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_scheduler"] = module  # (its dataclasses look their module up there)
+    """bench/lib/metrics.py, imported as bench/scheduler.py imports it (bench/ on sys.path)."""
     saved = list(sys.path)
+    sys.path[:0] = [str(REPO), str(REPO / "bench")]
     try:
-        spec.loader.exec_module(module)  # (it puts the repo and tests/ first on sys.path, as a script needs)
+        return importlib.import_module("lib.metrics")
     finally:
         sys.path[:] = saved
-    return module
 
 
 class Plane:

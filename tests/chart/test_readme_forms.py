@@ -1,4 +1,4 @@
-"""The README's list of request spellings (its "Pods, in any spelling" block) is what the webhook admits: every
+"""The README's list of request spellings (the yaml block of its "Request a GPU share" section) is what the webhook admits: every
 line, added to a plain pod as the apiserver hands it over (scheduler defaulted), is normalised to a canonical
 request for fgpu-scheduler, and the block spells every request key issue 11 names."""
 from __future__ import annotations
@@ -28,8 +28,8 @@ ISSUE_KEYS = (keys.FGPU_FRACTION, keys.FGPU_MEMORY, keys.FGPU_SM, keys.FGPU_MODE
 
 def readme_lines() -> list[str]:
     text = README.read_text()
-    block = re.search(r"\*\*4\. Pods, in any spelling\.\*\*.*?```yaml\n(.*?)```", text, re.S)
-    assert block, "README: no yaml block under '4. Pods, in any spelling'"
+    block = re.search(r"^## Request a GPU share\n(?:(?!^## ).)*?```yaml\n(.*?)```", text, re.S | re.M)
+    assert block, "README: no yaml block in its section '## Request a GPU share'"
     return [line.split("  #")[0].strip() for line in block[1].splitlines() if line.strip()]
 
 

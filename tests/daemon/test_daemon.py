@@ -334,3 +334,49 @@ def test_client_reports_a_missing_daemon_clearly(tmp_path):
     with pytest.raises(SimgpuError) as err:
         DaemonClient(str(tmp_path / "none.sock"), timeout=0.5).open_context("x.y")
     assert err.value.field == "socket"
+
+
+def test_simgpu_run_reconnects_when_its_daemon_restarts(tmp_path):
+    """A DaemonSet roll restarts the node daemon under running workloads: every context is gone, the signed
+    grant is not. The workload says so in one line, waits for the new daemon, opens a new context with the
+    same grant and carries on; its iteration count and emulated time continue."""
+    first = Daemon(tmp_path)
+    env = dict(os.environ, FGPU_DAEMON_SOCKET=first.socket,
+               FGPU_CONTEXT_TOKEN=first.token(first.gpus[0], mem_limit_bytes=8 * GIB))
+    run = subprocess.Popen([sys.executable, "-m", "simgpu.cli", "run", "--workload", "resnet", "--duration", "8",
+                            "--report-every", "0.3", "--json"], cwd=REPO, env=env, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert run.stdout.readline().startswith("{")  # running against the first daemon
+        first.stop()
+        second = Daemon(tmp_path)  # same config, same token secret: the same devices and the grant verifies
+        try:
+            out, err = run.communicate(timeout=60)
+        finally:
+            second.stop()
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 0, err
+    assert "lost the node daemon" in err and "reconnected after" in err, err
+    assert "Traceback" not in err
+    reports = [json.loads(line) for line in out.splitlines()]
+    assert [r["iterations"] for r in reports] == sorted(r["iterations"] for r in reports)
+    assert reports[-1]["virtual_s"] > reports[0]["virtual_s"]
+
+
+def test_simgpu_run_no_reconnect_exits_with_one_line(tmp_path):
+    daemon = Daemon(tmp_path)
+    env = dict(os.environ, FGPU_DAEMON_SOCKET=daemon.socket,
+               FGPU_CONTEXT_TOKEN=daemon.token(daemon.gpus[0], mem_limit_bytes=8 * GIB))
+    run = subprocess.Popen([sys.executable, "-m", "simgpu.cli", "run", "--workload", "resnet", "--duration", "30",
+                            "--report-every", "0.3", "--json", "--no-reconnect"], cwd=REPO, env=env, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert run.stdout.readline().startswith("{")
+        daemon.stop()
+        _, err = run.communicate(timeout=30)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode != 0 and "socket" in err and "Traceback" not in err, err

@@ -692,7 +692,7 @@ def run(k8s, namespace: str, workdir: Path, profile: Profile, log: Callable[[str
 
 
 def table(report: Report) -> str:
-    """The soak's summary, as README's Reliability section shows it (markdown)."""
+    """The soak's summary, as docs/reliability.md shows it (markdown)."""
     def secs(v: float | None) -> str:
         return "—" if v is None else f"{v:.1f} s"
 

@@ -1,5 +1,5 @@
 """fgpu on a REAL node: Debian's containerd and runc, and a kubelet built from the control plane's Kubernetes
-module (tests/e2e/kubelet_proc.py), registered with the test apiserver. fgpu's device plugin registers with
+module (devcluster/node.py), registered with the test apiserver. fgpu's device plugin registers with
 that kubelet; a pod asking for 0.3 of a GPU goes through fgpu's webhook and scheduler to the node; the kubelet
 admits it, calls the plugin's Allocate, and runs the container (a static probe packed as a local OCI image by
 hack/node-setup.sh). What the container prints from inside (env, mounts, whether the node daemon's socket
@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kubelet_proc import CHECKPOINT, DEVICE_PLUGIN_DIR, TAINT, NodeSetupError, RealNode, node_dir
 from operator_proc import install_crds, start_operator, stop, wait_webhook_live
 from polling import wait_for
 
 from devcluster.fgpu import HANDOFF_KEY_FLAG, handoff_key_file
 from devcluster.kubeplane import ComponentError, die_with_parent, free_port
+from devcluster.node import CHECKPOINT, DEVICE_PLUGIN_DIR, TAINT, NodeSetupError, RealNode, node_dir
 from fgpu_contracts import keys
 from simgpu.nodeconfig import parse_node_config
 from simgpu.token import verify_token

@@ -1,5 +1,6 @@
-"""One real Kubernetes node for e2e tests: Debian's containerd (+ runc, CNI plugins) and a real kubelet built
-by hack/testbin.sh, registered with the test apiserver (devcluster.kubeplane.ControlPlane).
+"""One real Kubernetes node: containerd 2.x and a kubelet built by hack/testbin.sh (with Debian's runc and CNI
+plugins), registered with a control plane (devcluster.kubeplane.ControlPlane). The e2e tests and
+`make cluster-up` (devcluster.cluster) both run it.
 
 The machine is prepared by hack/node-setup.sh (packages, containerd's CRI config, CNI config, the probe
 image); its directory comes in as FGPU_NODE. This module starts a containerd of its own (root, state and
@@ -37,8 +38,8 @@ CNI_STATE = Path("/run/fgpu-e2e")  # host-local's dataDir (/run/fgpu-e2e/cni) in
 NODE_ENV = "node.env"  # key=value facts hack/node-setup.sh wrote (image names, bridge)
 K8S_NAMESPACE = "k8s.io"  # containerd namespace of the CRI plugin
 CGROUPS = "/sys/fs/cgroup/*/k8s.io"  # containerd's cgroup parent for pods when the kubelet makes no QoS tree
-RUN_PREFIX = "fgpu-rk"
-TAINT = "fgpu.io/e2e-real-node"  # the node's NoSchedule taint; pods meant for it tolerate it  # /tmp/fgpu-rkXXXXXXXX: one node's containerd root/state, kubelet root, sockets
+RUN_PREFIX = "fgpu-rk"  # /tmp/fgpu-rkXXXXXXXX: one node's containerd root/state, kubelet root, sockets
+TAINT = "fgpu.io/e2e-real-node"  # the test node's NoSchedule taint; pods meant for it tolerate it
 
 
 class NodeSetupError(Exception):
@@ -55,7 +56,7 @@ def node_dir(raw: str | None) -> Path:
     path = Path(raw)
     missing = [name for name in ("containerd.toml", "fgpu-probe.oci.tar", NODE_ENV, "net.d")
                if not (path / name).exists()]
-    missing += [exe for exe in ("containerd", "ctr", "runc") if shutil.which(exe) is None]
+    missing += [exe for exe in ("runc", "iptables-restore") if shutil.which(exe) is None]
     if missing:
         raise NodeSetupError(f"FGPU_NODE={raw}: missing {', '.join(missing)}; rerun hack/node-setup.sh")
     return path
@@ -110,6 +111,41 @@ def _remove_cgroups(cgroups) -> None:
             cgroup.rmdir()
 
 
+# The chains a kubelet makes on start (its iptables canary, the localnet firewall, the hint kube-proxy reads),
+# in both iptables back ends; kube-proxy's own are removed by `kube-proxy --cleanup`.
+KUBELET_CHAINS = ("KUBE-FIREWALL", "KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT")
+IPTABLES = ("iptables", "ip6tables", "iptables-legacy", "ip6tables-legacy")
+
+
+def _iptables_rules(binary: str, table: str) -> list[str]:
+    if shutil.which(binary) is None:
+        return []
+    out = subprocess.run([binary, "-w", "-t", table, "-S"], capture_output=True, text=True)
+    return out.stdout.splitlines() if out.returncode == 0 else []
+
+
+def kubelet_chains() -> list[str]:
+    """The kubelet's chains still present, as `binary/table/chain`."""
+    return [f"{b}/{t}/{line.split()[1]}" for b in IPTABLES for t in ("filter", "nat", "mangle")
+            for line in _iptables_rules(b, t) if line.startswith("-N ") and line.split()[1] in KUBELET_CHAINS]
+
+
+def remove_kubelet_chains() -> None:
+    """Delete the jumps into the kubelet's chains, then the chains (a stopped node leaves no rule behind)."""
+    for binary in IPTABLES:
+        for table in ("filter", "nat", "mangle"):
+            rules = _iptables_rules(binary, table)
+            for line in rules:
+                parts = line.split()
+                if parts[0] == "-A" and "-j" in parts and parts[parts.index("-j") + 1] in KUBELET_CHAINS \
+                        and parts[1] not in KUBELET_CHAINS:
+                    subprocess.run([binary, "-w", "-t", table, "-D", *parts[1:]], capture_output=True)
+            for line in rules:
+                if line.startswith("-N ") and line.split()[1] in KUBELET_CHAINS:
+                    subprocess.run([binary, "-w", "-t", table, "-F", line.split()[1]], capture_output=True)
+                    subprocess.run([binary, "-w", "-t", table, "-X", line.split()[1]], capture_output=True)
+
+
 def _probe_processes() -> list[int]:
     """Processes running the probe image's program (a pod's container or a sandbox that outlived its pod)."""
     pids = []
@@ -122,10 +158,17 @@ def _probe_processes() -> list[int]:
 
 
 class RealNode:
-    """containerd + kubelet for node `name`, against the control plane `plane`; logs in `logdir`."""
+    """containerd + kubelet for node `name`, against the control plane `plane`; logs in `logdir`.
 
-    def __init__(self, plane, node_dir: Path, logdir: Path, name: str = "fgpu-real-node"):
+    `taints`: what the node registers with (the tests' node keeps stray pods off with TAINT; a cluster's node
+    takes any pod). With the plane's `detach`, the processes outlive this one (`make cluster-up`); `down()`
+    in another process then clears what they left (`clear_stale`)."""
+
+    def __init__(self, plane, node_dir: Path, logdir: Path, name: str = "fgpu-real-node",
+                 taints: list[dict] | None = None, labels: dict[str, str] | None = None):
         self.plane = plane
+        self.taints = [{"key": TAINT, "value": "true", "effect": "NoSchedule"}] if taints is None else taints
+        self.labels = labels or {}
         self.node_dir = node_dir
         self.logdir = logdir
         self.name = name
@@ -190,6 +233,7 @@ class RealNode:
             shutil.rmtree(run, ignore_errors=True)
         _remove_cgroups(Path("/").glob(CGROUPS.lstrip("/")))  # only empty ones go: rmdir refuses the others
         shutil.rmtree(CNI_STATE, ignore_errors=True)
+        remove_kubelet_chains()
         for leftover in (DEVICE_PLUGIN_DIR / "kubelet.sock", CHECKPOINT):
             leftover.unlink(missing_ok=True)
         if DEVICE_PLUGIN_DIR.is_dir():  # plugins' sockets: their processes died with that run
@@ -197,26 +241,32 @@ class RealNode:
                 if sock.is_socket():
                     sock.unlink(missing_ok=True)
 
-    def _launch(self, name: str, argv: list[str]) -> Component:
-        comp = Component(name, argv, self.logdir / f"{name}.log")
+    def _launch(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Component:
+        comp = Component(name, argv, self.logdir / f"{name}.log", self.plane.detach, env=env)
         (self.logdir / f"{name}.argv").write_text(" \\\n  ".join(argv) + "\n")
         comp.start()
         self.components.append(comp)
         return comp
 
     def ctr(self, *args: str, timeout: float = 60) -> str:
-        out = subprocess.run(["ctr", "--address", str(self.sock), "-n", K8S_NAMESPACE, *args],
+        out = subprocess.run([str(self.plane.testbin / "ctr"), "--address", str(self.sock), "-n", K8S_NAMESPACE, *args],
                              capture_output=True, text=True, timeout=timeout)
         if out.returncode:
             raise ComponentError(f"ctr {' '.join(args)}: {out.stderr.strip() or out.stdout.strip()}")
         return out.stdout
 
     def _start_containerd(self) -> None:
+        # containerd finds its runc shim on PATH: testbin's, built with it (not Debian's 1.6 one, if installed)
+        env = {**os.environ, "PATH": f"{self.plane.testbin}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
         comp = self._launch("containerd", [
-            "containerd", "--config", str(self.node_dir / "containerd.toml"), "--root", str(self.run / "root"),
-            "--state", str(self.run / "state"), "--address", str(self.sock), "--log-level", "info"])
+            str(self.plane.testbin / "containerd"), "--config", str(self.node_dir / "containerd.toml"), "--root", str(self.run / "root"),
+            "--state", str(self.run / "state"), "--address", str(self.sock), "--log-level", "info"], env)
         comp.wait_ready(lambda: self.sock.is_socket() and self._ctr_ok(), 60, "its socket answering")
-        self.ctr("images", "import", str(self.node_dir / "fgpu-probe.oci.tar"), timeout=120)
+        self.import_image(self.node_dir / "fgpu-probe.oci.tar")
+
+    def import_image(self, archive: Path, timeout: float = 600) -> None:
+        """Load an OCI/docker archive into the node's image store, as `kind load image-archive` does."""
+        self.ctr("images", "import", "--all-platforms", str(archive), timeout=timeout)
 
     def _ctr_ok(self) -> bool:
         try:
@@ -230,7 +280,7 @@ class RealNode:
         return {
             "apiVersion": "kubelet.config.k8s.io/v1beta1",
             "kind": "KubeletConfiguration",
-            # cgroup v1 machines (Firecracker VMs here): 1.35 refuses them unless told otherwise
+            # cgroup v1 machines (Firecracker VMs here): kubelet >= 1.35 refuses them unless told otherwise
             "failCgroupV1": False,
             "cgroupDriver": "cgroupfs",  # no systemd
             "cgroupsPerQOS": False,  # no QoS cgroup tree to build or clean up
@@ -250,9 +300,9 @@ class RealNode:
             "podLogsDir": str(self.run / "pod-logs"),
             "nodeStatusUpdateFrequency": "2s",  # capacity from the device plugin shows up quickly
             "registerNode": True,
-            # only pods that ask for this node land on it: in a whole-suite run, a stray pending pod bound here
-            # by a scheduler would take the node's devices (and never start: its image cannot be pulled)
-            "registerWithTaints": [{"key": TAINT, "value": "true", "effect": "NoSchedule"}],
+            # the tests' node: only pods that ask for it land on it (in a whole-suite run, a stray pending pod bound
+            # here by a scheduler would take the node's devices, and never start: its image cannot be pulled)
+            "registerWithTaints": self.taints,
             "serializeImagePulls": False,
         }
 
@@ -262,7 +312,8 @@ class RealNode:
         self.root_dir.mkdir()
         comp = self._launch("kubelet", [
             str(self.plane.testbin / "kubelet"), f"--config={cfg}", f"--kubeconfig={self.plane.kubeconfig}",
-            f"--root-dir={self.root_dir}", f"--cert-dir={self.root_dir / 'pki'}", f"--hostname-override={self.name}", f"--node-ip={self.ip}", "--v=2"])
+            f"--root-dir={self.root_dir}", f"--cert-dir={self.root_dir / 'pki'}", f"--hostname-override={self.name}", f"--node-ip={self.ip}", "--v=2",
+            *([f"--node-labels={','.join(f'{k}={v}' for k, v in sorted(self.labels.items()))}"] if self.labels else [])])
         comp.wait_ready(lambda: http_ok(f"http://127.0.0.1:{self.healthz_port}/healthz"), 90, "/healthz answering")
 
     def wait_ready(self, timeout: float = 120) -> dict:
@@ -374,6 +425,7 @@ class RealNode:
         if bridge and Path(f"/sys/class/net/{bridge}").exists():
             subprocess.run(["ip", "link", "delete", bridge], capture_output=True)
         shutil.rmtree(CNI_STATE, ignore_errors=True)
+        remove_kubelet_chains()
         for leftover in (DEVICE_PLUGIN_DIR / "kubelet.sock", CHECKPOINT):
             leftover.unlink(missing_ok=True)
         if self._made_var_lib_kubelet:
@@ -417,4 +469,5 @@ class RealNode:
         bridge = self.facts.get("bridge")
         if bridge and Path(f"/sys/class/net/{bridge}").exists():
             found.append(f"interface {bridge}")
+        found += [f"iptables chain {c}" for c in kubelet_chains()]
         return found
