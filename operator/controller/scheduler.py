@@ -344,7 +344,7 @@ class Scheduler:
                 content_type=MERGE_PATCH)
             if not out.ok:
                 return out
-            claim = out.body
+            claim = self.claims[(plan.namespace, plan.claim)] = out.body  # a retry starts from here
         status = claim.get("status") or {}
         if status.get("allocation"):  # ours from before: only the pod's reservation may be missing
             wanted = claims.claim_status(plan, allocation, self.pools[allocation.node], pod, self.new_share_id)

@@ -136,10 +136,14 @@ class ClaimApi:
         return Outcome(Result.OK, 200, body=copy.deepcopy(obj))
 
 
-def _scheduler(api, policy="fgd") -> Scheduler:
+def _scheduler(api, policy="fgd", node: str = "n", allocator: str = names.ALLOCATOR_FGPU) -> Scheduler:
+    """A scheduler that knows one node and its fgpu-dra slices."""
     s = Scheduler(LiveCluster(policy=policy), api, FakeEvents())
     share_ids = itertools.count()
     s.new_share_id = lambda: f"00000000-0000-0000-0000-{next(share_ids):012d}"
+    for sl in slices(node, allocator):
+        s.on_resourceslice("ADDED", sl)
+    s.on_node("ADDED", _node(node))
     return s
 
 
@@ -155,9 +159,6 @@ def test_two_shares_on_one_gpu_written_before_the_binding_and_learnt_back_after_
         api = ClaimApi(objs)
         s = _scheduler(api)
         loop = asyncio.create_task(s.run())
-        for sl in slices("n"):
-            s.on_resourceslice("ADDED", sl)
-        s.on_node("ADDED", _node("n"))
         s.on_pod("ADDED", claimed_pod("p0"))  # its claim is not made yet: waits, says nothing
         await asyncio.sleep(0.02)
         assert "p0" in s.parked and not api.calls
@@ -187,9 +188,6 @@ def test_two_shares_on_one_gpu_written_before_the_binding_and_learnt_back_after_
         # a fresh scheduler learns both shares back from the claims: of two 70Gi shares, one fits (the other GPU)
         s2 = _scheduler(api)
         loop = asyncio.create_task(s2.run())
-        for sl in slices("n"):
-            s2.on_resourceslice("ADDED", sl)
-        s2.on_node("ADDED", _node("n"))
         for c in objs.values():
             s2.on_resourceclaim("ADDED", c)
         for i in range(2):
@@ -214,9 +212,6 @@ def test_an_allocated_claim_keeps_its_devices_when_the_binding_is_retried():
         objs = {"c0": claim("c0", caps=share())}
         api = ClaimApi(objs)
         s = _scheduler(api)
-        for sl in slices("n"):
-            s.on_resourceslice("ADDED", sl)
-        s.on_node("ADDED", _node("n"))
         done = copy.deepcopy(objs["c0"])
         done["metadata"]["finalizers"] = [names.DELETE_PROTECTION]
         done["status"] = {"allocation": {"devices": {"results": [
@@ -241,10 +236,7 @@ def test_claims_go_only_to_fgpu_owned_pools_and_annotated_gpu_pods_never_there()
     async def scenario():
         objs = {"c0": claim("c0", caps=share())}
         api = ClaimApi(objs)
-        s = _scheduler(api, "binpack")
-        for sl in slices("kube", names.ALLOCATOR_KUBE):
-            s.on_resourceslice("ADDED", sl)
-        s.on_node("ADDED", _node("kube"))
+        s = _scheduler(api, "binpack", "kube", names.ALLOCATOR_KUBE)
         s.on_resourceclaim("ADDED", objs["c0"])
         loop = asyncio.create_task(s.run())
         s.on_pod("ADDED", claimed_pod("p0", "c0"))
