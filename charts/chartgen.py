@@ -183,6 +183,7 @@ def values_schema() -> dict[str, Any]:
             "priorityClassName": leaf("string", "node pod priorityClassName"),
             "podAnnotations": {**STRING_MAP, "description": "extra node pod annotations"},
         }, "settings shared by every node pool's DaemonSet"),
+        "dra": dra_schema(),
         "metrics": obj({
             "podAnnotations": leaf("boolean", "prometheus.io/scrape annotations on the pods (plain Prometheus)"),
             "serviceMonitor": obj({
@@ -215,10 +216,34 @@ def values_schema() -> dict[str, Any]:
         "nodeSelector": {**STRING_MAP, "description": "the pool's nodes; empty: `fgpu.io/node-pool: <name>`"},
         "config": {"$ref": "#/$defs/NodeConfig"},
         "existingConfigMap": leaf("string", "use this ConfigMap's `config.yaml` instead of `config`"),
+        "dra": leaf("boolean", "run fgpu-dra instead of the device plugin on this pool; unset: `dra.enabled`"),
     }, required=["name"])
     defs = {"NodePool": node_pool, **node_config_defs()}
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "fgpu chart values",
             **obj(props), "$defs": defs}
+
+
+def dra_schema() -> dict[str, Any]:
+    """The `dra` block (docs/dra.md): the DRA driver per node pool, its DeviceClasses and RBAC."""
+    from fgpu_contracts import dra as names
+
+    return obj({
+        "enabled": leaf("boolean", "install fgpu-dra's DeviceClasses and RBAC, and run fgpu-dra instead of "
+                        "the device plugin on every node pool that does not set `dra: false`"),
+        "allocator": leaf("string", "who allocates the DRA pools' devices: kube-scheduler, or fgpu-scheduler "
+                          "(every device tainted `gpu.fgpu.io/allocator`, so kube-scheduler keeps off)",
+                          enum=list(names.ALLOCATORS)),
+        "extendedResource": leaf("boolean", "also install `gpu-extended.fgpu.io` (KEP-5004): classic "
+                                 "`nvidia.com/gpu: N` pods served by DRA; one class per cluster may claim it"),
+        "cdiHostPath": leaf("string", "where fgpu-dra writes CDI specs (the container runtime's CDI dir)",
+                            pattern="^/"),
+        "pluginsRegistryPath": leaf("string", "the kubelet's plugin registration directory", pattern="^/"),
+        "pluginsPath": leaf("string", "the kubelet's plugins directory (fgpu-dra's DRA socket)", pattern="^/"),
+        "driver": obj({
+            "logLevel": leaf("string", "fgpu-dra log level", enum=["DEBUG", "INFO", "WARNING", "ERROR"]),
+            "resources": k8s("object", "fgpu-dra container resources"),
+        }),
+    }, "DRA (resource.k8s.io/v1): fgpu-dra beside the node daemon, per node pool")
 
 
 def _live_policies() -> list[str]:

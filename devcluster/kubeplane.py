@@ -329,10 +329,14 @@ class ControlPlane:
         return name
 
     # ---- optional components -------------------------------------------------------------------------
-    def start_controller_manager(self) -> None:
+    def start_controller_manager(self, qps: float | None = None, burst: int | None = None) -> None:
+        """kube-controller-manager; with `qps`/`burst`, its client's rate limit (--kube-api-qps/-burst; its
+        default of 20/30 paces, e.g., the ResourceClaims it makes from templates)."""
         if self.running("kube-controller-manager"):
             return
         port = free_port()
+        limits = [*([f"--kube-api-qps={qps:g}"] if qps is not None else []),
+                  *([f"--kube-api-burst={burst}"] if burst is not None else [])]
         cm = self._launch("kube-controller-manager", [
             self.bin("kube-controller-manager"),
             f"--kubeconfig={self.kubeconfig}",
@@ -344,6 +348,7 @@ class ControlPlane:
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--cluster-name=fgpu-e2e",
             "--profiling=false",
+            *limits,
         ])
         cm.wait_ready(lambda: http_ok(f"https://127.0.0.1:{port}/healthz"), 90, "/healthz answering ok")
 

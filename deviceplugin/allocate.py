@@ -80,7 +80,7 @@ def allocate_slots(resource: Resource, device_ids: list[str], ctx: AllocContext)
                                 sm_limit_pct=pct))
         else:  # exclusive, MIG (the instance is the limit), time-slicing (no isolation, as NVIDIA's)
             grants.append(Grant(device_uuid=device_uuid))
-    return _container(grants, ctx, mode=slots[0].mode, mps_pct=mps_pct, with_priority=False)
+    return container_env(grants, ctx, mode=slots[0].mode, mps_pct=mps_pct, with_priority=False)
 
 
 def allocate_assignment(resource: Resource, device_ids: list[str], match: Match | None, ctx: AllocContext,
@@ -111,11 +111,13 @@ def allocate_assignment(resource: Resource, device_ids: list[str], match: Match 
         grants.append(Grant(device_uuid=share.uuid, mem_limit_bytes=share.mem_bytes, sm_limit_pct=share.sm_pct,
                             priority=container.priority, pod_namespace=pod.namespace, pod_name=pod.name,
                             container=container.name, vdevice_index=i, slo_slowdown=container.slo_slowdown))
-    return _container(grants, ctx, mode="fractional", mps_pct=None, with_priority=True)
+    return container_env(grants, ctx, mode="fractional", mps_pct=None, with_priority=True)
 
 
-def _container(grants: list[Grant], ctx: AllocContext, *, mode: str, mps_pct: int | None,
-               with_priority: bool) -> ContainerAllocation:
+def container_env(grants: list[Grant], ctx: AllocContext, *, mode: str, mps_pct: int | None,
+                  with_priority: bool) -> ContainerAllocation:
+    """A container's env, mounts and tokens for its grants (device i is the container's device i): the one
+    spelling of the contract, for the device plugin's Allocate and the DRA driver's CDI specs alike."""
     envs = {
         env.NVIDIA_VISIBLE_DEVICES: ",".join(g.device_uuid for g in grants),
         env.NODE_NAME: ctx.node_name,

@@ -9,21 +9,19 @@ Bad input (an invalid config, a missing directory) is one line on stderr and exi
 from __future__ import annotations
 
 import argparse
-import gc
 import logging
 import os
-import signal
 import sys
 import threading
 
 from deviceplugin.allocate import AllocContext
 from deviceplugin.health import start_health
 from deviceplugin.labels import inventory, inventory_annotation, node_labels
+from deviceplugin.process import serve_until_signalled
 from deviceplugin.resources import discover, node_devices, node_level_resources
 from deviceplugin.server import HealthBoard, PluginManager, make_shared
 from deviceplugin.statedir import DEFAULT_STATE_DIR, STATE_DIR_ENV, explicit_state_dir, prepare_state_dir
 from fgpu_contracts.cli import OneLineParser, port
-from fgpu_contracts.errors import InputError
 from fgpu_contracts.signature import load_key
 from simgpu.errors import SimgpuError
 from simgpu.nodeconfig import load_node_config, resolve_node_name
@@ -159,24 +157,7 @@ class Plugin:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        plugin = Plugin(args)
-        plugin.start()
-    except InputError as err:  # SimgpuError included
-        print(f"fgpu-device-plugin: error: {err}", file=sys.stderr)
-        return 2
-    except OSError as err:  # a step that names no option of its own: say what failed, blame no option
-        print(f"fgpu-device-plugin: error: {err.filename or ''}: {err.strerror or err}", file=sys.stderr)
-        return 2
-    # Everything loaded so far (grpc, the Kubernetes client: ~50k objects) lives as long as the process; move
-    # it out of the collector's reach, or a full collection (~20 ms here) now and then lands inside an Allocate.
-    gc.freeze()
-    done = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: done.set())
-    done.wait()
-    plugin.stop()
-    return 0
+    return serve_until_signalled("fgpu-device-plugin", lambda: Plugin(args))
 
 
 if __name__ == "__main__":

@@ -10,13 +10,13 @@ from dataclasses import dataclass
 import pydantic
 
 from fgpu_contracts.errors import InputError
+from fgpu_contracts.quantity import show
 from fgpu_contracts.request import MILLI, ContainerRequest, GpuRequest
 
 from .config import AdmissionConfig
 from .gpus import memory_share_milli
 from .placeable import check_placeable
 from .podview import PodView
-from .quantity import show
 
 #: `source` when spellings mix: the most specific one names the request.
 SOURCES = ("fgpu", "kai", "kubeshare", "hami", "aliyun", "nvidia")

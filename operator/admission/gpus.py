@@ -7,12 +7,12 @@ import re
 from functools import cache
 
 from fgpu_contracts.errors import InputError
+from fgpu_contracts.quantity import show
 from fgpu_contracts.request import MILLI
 from simgpu import mig
 from simgpu.catalog import all_gpus, get_gpu
 
 from .config import AdmissionConfig
-from .quantity import show
 
 _MIG_NAME = re.compile(r"[0-9]+g\.[0-9]+gb(\+me)?")
 

@@ -11,8 +11,7 @@ from functools import cached_property
 
 from fgpu_contracts import keys
 from fgpu_contracts.errors import InputError
-
-from .quantity import as_text, show
+from fgpu_contracts.quantity import as_text, show
 
 DEFAULT_SCHEDULER = "default-scheduler"
 

@@ -11,13 +11,13 @@ import base64
 import json
 
 from fgpu_contracts.errors import InputError
+from fgpu_contracts.quantity import show
 
 from .config import DEFAULT_CONFIG, AdmissionConfig
 from .handoff import HandoffError, check_update
 from .parse import classify_pod
 from .patch import mutate
 from .podview import PodView
-from .quantity import show
 
 _VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 

@@ -70,6 +70,7 @@ class OperatorConfig:
                                     aliyun_memory_unit=self.aliyun_memory_unit)
 
 
+DRA_API = "/apis/resource.k8s.io/v1"
 #: The name of the (Mutating|Validating)WebhookConfiguration that --manage-webhook-config has Kopf write.
 MANAGED_WEBHOOKS = "fgpu.io"
 #: Set by `run` before Kopf starts (Kopf handlers are module-level functions).
@@ -79,12 +80,16 @@ METRICS: OperatorMetrics | None = None
 
 
 async def initial_sync(api: ApiSession, scheduler: Scheduler, policy: PolicyWatch | None = None) -> None:
-    """List the cluster's defaults, GPUNodes, nodes, then pods into the model (raw JSON, one request each)
-    before any decision. The custom resources are optional: without their CRDs, nodes carry the inventory."""
+    """List the cluster's defaults, GPUNodes, nodes, DRA slices and claims, then pods into the model (raw JSON,
+    one request each) before any decision. The custom resources are optional: without their CRDs, nodes carry
+    the inventory; without resource.k8s.io (or its RBAC), no pod's claims are allocated by fgpu."""
     crds = f"/apis/{keys.CRD_GROUP}/{keys.CRD_VERSION}"
     lists = [(f"{crds}/{keys.SCHEDULING_POLICY_PLURAL}", policy.on_event if policy else None, True),
              (f"{crds}/{keys.GPUNODE_PLURAL}", scheduler.on_gpunode, True),
-             ("/api/v1/nodes", scheduler.on_node, False), ("/api/v1/pods", scheduler.on_pod, False)]
+             ("/api/v1/nodes", scheduler.on_node, False),
+             (f"{DRA_API}/resourceslices", scheduler.on_resourceslice, True),
+             (f"{DRA_API}/resourceclaims", scheduler.on_resourceclaim, True),  # before pods: their claims' devices
+             ("/api/v1/pods", scheduler.on_pod, False)]
     for path, feed, optional in lists:
         if feed is None:
             continue
@@ -293,6 +298,16 @@ async def node_event(event: dict, memo: kopf.Memo, **_) -> None:
 @kopf.on.event("", "v1", "pods")
 async def pod_event(event: dict, memo: kopf.Memo, **_) -> None:
     memo.scheduler.on_pod(event.get("type") or "ADDED", event["object"])
+
+
+@kopf.on.event("resource.k8s.io", "v1", "resourceslices")
+async def resourceslice_event(event: dict, memo: kopf.Memo, **_) -> None:
+    memo.scheduler.on_resourceslice(event.get("type") or "ADDED", event["object"])
+
+
+@kopf.on.event("resource.k8s.io", "v1", "resourceclaims")
+async def resourceclaim_event(event: dict, memo: kopf.Memo, **_) -> None:
+    memo.scheduler.on_resourceclaim(event.get("type") or "ADDED", event["object"])
 
 
 @kopf.on.event(keys.CRD_GROUP, keys.CRD_VERSION, keys.GPUNODE_PLURAL)

@@ -17,20 +17,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid as uuidlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from fgpu_contracts import dra as names
 from fgpu_contracts import keys
 from fgpu_contracts.errors import InputError
 
 from ..kube.events import EventRecorder
 from ..kube.outcome import Result
-from ..kube.pods import bind, set_annotations, set_unschedulable
+from ..kube.pods import MERGE_PATCH, bind, set_annotations, set_unschedulable
 from ..kube.session import ApiSession
 from ..objects import pod_key, timestamp
 from ..placement.framework import Unschedulable
 from ..placement.live import Allocation, LiveCluster
-from . import translate
+from . import claims, translate
 from .gpunodes import NodeAllocations, allocation_rows
 from .handoff_guard import Handoff, HandoffGuard, Restore, distrust
 from .metrics import OperatorMetrics, unschedulable_reason
@@ -52,6 +54,7 @@ class Pending:
     message: str = ""  # the last explanation written on the pod
     reason: str = ""  # why it was parked, one of metrics.REASONS (the pending-pods gauge)
     errors: int = 0  # attempts in a row that raised (their backoff doubles)
+    claims_pending: bool = False  # parked until its ResourceClaims exist (a claim or the pod's status changes)
 
     @property
     def key(self) -> tuple[int, int]:
@@ -85,6 +88,10 @@ class Scheduler:
         self.default_slo = translate.DEFAULT_SLO_SLOWDOWN  # the cluster's slowdown bound for high-priority pods
         self.slo_filter = "fgpu"  # which node policies keep co-runners' SLOs (SchedulingPolicy sloFilter)
         self.preemptions = Preemptions()  # bound pods' priorities, and preemptors waiting for their victims
+        self.slices: dict[str, dict[str, dict]] = {}  # node -> its fgpu-dra ResourceSlices by name
+        self.pools: dict[str, claims.DraPool] = {}  # node -> its fgpu-dra pool
+        self.claims: dict[tuple[str, str], dict] = {}  # (namespace, name) -> ResourceClaim
+        self.new_share_id: Callable[[], str] = lambda: str(uuidlib.uuid4())
 
     # --- watch events (synchronous: they only update memory) ---------------------------------------------
     def on_node(self, kind: str, node: dict) -> None:
@@ -113,8 +120,49 @@ class Scheduler:
             self._refresh(name)
 
     def _refresh(self, name: str) -> None:
-        if self.live.upsert_node(translate.node_spec(self.nodes[name], self.gpunodes.get(name))):
+        spec = claims.with_pool(translate.node_spec(self.nodes[name], self.gpunodes.get(name)), self.pools.get(name))
+        if self.live.upsert_node(spec):
             self.retry_waiting()
+
+    def on_resourceslice(self, kind: str, obj: dict) -> None:
+        """fgpu-dra's slices: a node whose pool fgpu-scheduler owns is placed on from them (`claims.with_pool`)."""
+        spec = obj.get("spec") or {}
+        if spec.get("driver") != names.DRIVER:
+            return
+        node, name = spec.get("nodeName", ""), (obj.get("metadata") or {}).get("name", "")
+        held = self.slices.setdefault(node, {})
+        if kind == "DELETED":
+            held.pop(name, None)
+        else:
+            held[name] = obj
+        pool = claims.dra_pool(node, held.values())
+        if pool is None:
+            self.slices.pop(node, None)
+            self.pools.pop(node, None)
+        elif self.pools.get(node) == pool:
+            return
+        else:
+            self.pools[node] = pool
+        if node in self.nodes:
+            self._refresh(node)
+
+    def on_resourceclaim(self, kind: str, obj: dict) -> None:
+        """Claims: what a pending pod asks, and what a bound pod's claims hold (read back on restore)."""
+        meta = obj.get("metadata") or {}
+        key = (meta.get("namespace", ""), meta.get("name", ""))
+        if kind == "DELETED":
+            self.claims.pop(key, None)
+            return
+        self.claims[key] = obj
+        self._retry_claim_waiters()
+
+    def _retry_claim_waiters(self) -> None:
+        waiting = [uid for uid, e in self.parked.items() if e.claims_pending]
+        for uid in waiting:
+            entry = self.parked.pop(uid)
+            self.queue.push(uid, entry, entry.key)
+        if waiting:
+            self._wake.set()
 
     def on_pod(self, kind: str, pod: dict) -> None:
         meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
@@ -144,6 +192,8 @@ class Scheduler:
         entry = self.parked.get(uid) or self.queue.get(uid)
         if entry is not None:
             entry.pod = _pending_fields(pod)  # keep its place, with the fresh object
+            if entry.claims_pending:  # the controller-manager may have named its claim in the pod's status
+                self._retry_claim_waiters()
             return
         entry = Pending(_pending_fields(pod), translate.gpu_request(pod))
         self.queue.push(uid, entry, entry.key)
@@ -162,6 +212,9 @@ class Scheduler:
             self.retry_waiting()
 
     def _restore(self, uid: str, pod: dict, node: str) -> None:
+        if (pod.get("spec") or {}).get("resourceClaims"):
+            self._restore_claimed(uid, pod, node)
+            return
         request = translate.gpu_request(pod)
         bound = translate.bound_devices(pod)
         doubt = distrust(self.handoff_key, uid, node, pod)
@@ -181,6 +234,19 @@ class Scheduler:
             meta = pod.get("metadata") or {}
             self.held.hold(uid, node, allocation_rows(meta.get("namespace", ""), meta.get("name", ""), uid,
                                                       bound.assignment))
+
+    def _restore_claimed(self, uid: str, pod: dict, node: str) -> None:
+        """A bound pod with claims holds what its claims' allocations name in fgpu-owned pools (restart,
+        another replica): learnt back, so the model never hands those devices out again."""
+        held = [h for _, name in claims.claim_names(pod) if name is not None
+                for h in [claims.allocated_devices(self.claims.get((pod["metadata"].get("namespace", ""), name),
+                                                                   {}), self.pools)] if h is not None]
+        try:
+            plan = claims.claim_plan(pod, self.claims)
+            core = translate.core_request(pod, plan.gpu_request if held else None, self.gpu_policy)
+        except (claims.ClaimsNotReady, InputError):
+            core = translate.core_request(pod, None)
+        self.live.restore(uid, core, node, tuple(g for h in held for g in h.gpus), tuple(m for h in held for m in h.mig))
 
     def _keep_handoff(self, uid: str, pod: dict) -> None:
         restore = self.guard.check(uid, pod)
@@ -235,19 +301,28 @@ class Scheduler:
                 await asyncio.sleep(0)  # let watch events in between decisions
 
     async def _schedule_one(self, uid: str, entry: Pending) -> None:
-        pod, request = entry.pod, entry.request
+        pod, request, plan = entry.pod, entry.request, None
+        entry.claims_pending = False
         try:
+            if (pod.get("spec") or {}).get("resourceClaims"):
+                plan = claims.claim_plan(pod, self.claims)
+                request = plan.gpu_request
             policy = request.node_policy if request is not None else None
             guard = translate.guards_slo(request, policy or self.live.default_policy, self.slo_filter)
-            core = translate.core_request(pod, request, self.gpu_policy, self.default_slo, guard)
-            outcome = self.live.schedule(uid, core, policy)
+            core = claims.kept_apart(translate.core_request(pod, request, self.gpu_policy, self.default_slo, guard),
+                                     plan is not None)
+            outcome = self._claimed_before(uid, plan, core) or self.live.schedule(uid, core, policy)
+        except claims.ClaimsNotReady:  # the controller-manager has not made its claim yet: wait, say nothing
+            entry.claims_pending, entry.reason = True, "Other"
+            self.parked[uid] = entry
+            return
         except InputError as err:  # a shape the core does not place: say so on the pod, never guess
             outcome = str(err)
         if isinstance(outcome, Allocation):
             self.metrics.attempt("scheduled")
             self.binding.add(uid)
             await self._slots.acquire()
-            self._spawn(self._bind(uid, entry, outcome))
+            self._spawn(self._bind(uid, entry, outcome, plan))
             return
         if isinstance(outcome, Unschedulable) and self.preemptions.plan(self, uid, entry, core):
             return  # nominated: it holds the freed room and binds when its victims are gone
@@ -258,6 +333,46 @@ class Scheduler:
         if message != entry.message:
             entry.message = message
             self._spawn(self._explain(uid, pod, message), self._explaining, uid)
+
+    def _claimed_before(self, uid: str, plan: claims.ClaimPlan | None, core) -> Allocation | None:
+        """A claim already allocated (by this allocator before a restart or a failed Binding) keeps its devices:
+        the pod goes where they are. One allocated elsewhere (a pool fgpu does not own) is refused."""
+        if plan is None or not (plan.claim_obj.get("status") or {}).get("allocation"):
+            return None
+        held = claims.allocated_devices(plan.claim_obj, self.pools)
+        if held is None:
+            raise claims.Unsupported(f"ResourceClaim {plan.namespace}/{plan.claim} is allocated on devices "
+                                     "fgpu-scheduler does not allocate (docs/dra.md)", field="spec.resourceClaims")
+        return self.live.restore(uid, core, held.node, held.gpus, held.mig)
+
+    async def _write_claim(self, plan: claims.ClaimPlan, allocation: Allocation, pod: dict):
+        """PreBind: the delete-protection finalizer, then status.allocation + reservedFor, each against the
+        claim's resourceVersion (a claim changed meanwhile is a conflict, decided again)."""
+        claim = plan.claim_obj
+        meta = claim.get("metadata") or {}
+        path = f"/apis/resource.k8s.io/v1/namespaces/{plan.namespace}/resourceclaims/{plan.claim}"
+        finalizers = list(meta.get("finalizers") or ())
+        if names.DELETE_PROTECTION not in finalizers:
+            out = await self.api.request("PATCH", path, body={"metadata": {
+                "resourceVersion": meta.get("resourceVersion"), "finalizers": [*finalizers, names.DELETE_PROTECTION]}},
+                content_type=MERGE_PATCH)
+            if not out.ok:
+                return out
+            claim = self.claims[(plan.namespace, plan.claim)] = out.body  # a retry starts from here
+        status = claim.get("status") or {}
+        if status.get("allocation"):  # ours from before: only the pod's reservation may be missing
+            wanted = claims.claim_status(plan, allocation, self.pools[allocation.node], pod, self.new_share_id)
+            body = {"reservedFor": [*(status.get("reservedFor") or ()), *wanted["reservedFor"]]}
+            if any(r.get("uid") == wanted["reservedFor"][0]["uid"] for r in status.get("reservedFor") or ()):
+                return None
+        else:
+            body = claims.claim_status(plan, allocation, self.pools[allocation.node], pod, self.new_share_id)
+        out = await self.api.request("PATCH", f"{path}/status", body={
+            "metadata": {"resourceVersion": (claim.get("metadata") or {}).get("resourceVersion")}, "status": body},
+            content_type=MERGE_PATCH)
+        if out.ok:
+            self.claims[(plan.namespace, plan.claim)] = out.body
+        return out
 
     async def _explain(self, uid: str, pod: dict, message: str) -> None:
         """PodScheduled=False and a FailedScheduling event: written beside the loop, never holding it up."""
@@ -275,7 +390,8 @@ class Scheduler:
             task.add_done_callback(lambda t: registry.pop(uid, None) if registry.get(uid) is t else None)
         return task
 
-    async def _bind(self, uid: str, entry: Pending, allocation: Allocation) -> None:
+    async def _bind(self, uid: str, entry: Pending, allocation: Allocation,
+                    plan: claims.ClaimPlan | None = None) -> None:
         meta = entry.pod.get("metadata") or {}
         ns, name = meta.get("namespace", ""), meta.get("name", "")
         try:
@@ -283,7 +399,7 @@ class Scheduler:
             if explaining is not None:  # its PodScheduled=False must land before the Binding, not after
                 await asyncio.wait([explaining])
             annotations, assignment = {}, None
-            if entry.request is not None:
+            if entry.request is not None and plan is None:  # a claim's devices are read from the claim
                 assignment = translate.assignment_for(allocation, entry.request, self._gpu_memory(allocation),
                                                       self.default_slo)
                 annotations = translate.binding_annotations(assignment, timestamp(micro=True), uid, self.handoff_key)
@@ -292,6 +408,16 @@ class Scheduler:
                 self.metrics.bind("not_leader")
                 self.queue.push(uid, entry, entry.key)  # kept for when we lead again; a bind seen drops it
                 return
+            if plan is not None:
+                written = await self._write_claim(plan, allocation, entry.pod)
+                if written is not None and not written.ok:
+                    log.info("claim %s/%s of pod %s/%s not written: %s; deciding again", plan.namespace, plan.claim,
+                             ns, name, written)
+                    self.live.release(uid)
+                    if written.result is not Result.GONE:
+                        self.queue.push(uid, entry, entry.key)
+                        self._wake.set()
+                    return
             out = await bind(self.api, ns, name, uid, allocation.node, annotations)
             self.metrics.bind(out.result.value, entry.pod)
             if out.ok:
@@ -303,7 +429,8 @@ class Scheduler:
                 self.events.post(ns, name, uid, "Scheduled", f"Successfully assigned {ns}/{name} to {allocation.node}",
                                  type="Normal")
                 return
-            self.live.release(uid)
+            if plan is None or out.result is Result.GONE:  # an allocated claim keeps its devices for the retry
+                self.live.release(uid)
             bound = self._seen_bound.get(uid)
             if bound is not None:  # someone else bound it meanwhile: what runs is theirs
                 self._restore(uid, bound, bound["spec"]["nodeName"])
@@ -336,8 +463,10 @@ class Scheduler:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
 
-#: What is read of a waiting pod's spec: placement (`translate.core_request`), the queue's order (`sort_key`).
-_SPEC_READ = ("nodeSelector", "affinity", "tolerations", "overhead", "priority", "preemptionPolicy", "schedulerName")
+#: What is read of a waiting pod's spec: placement (`translate.core_request`, `claims.claim_plan`), the queue's
+#: order (`sort_key`).
+_SPEC_READ = ("nodeSelector", "affinity", "tolerations", "overhead", "priority", "preemptionPolicy", "schedulerName",
+              "resourceClaims")
 #: Metadata never read while a pod waits, and often most of it.
 _META_UNREAD = ("managedFields",)
 _ANNOTATIONS_UNREAD = ("kubectl.kubernetes.io/last-applied-configuration",)  # the whole object again, as applied
@@ -345,7 +474,8 @@ _ANNOTATIONS_UNREAD = ("kubectl.kubernetes.io/last-applied-configuration",)  # t
 
 def _pending_fields(pod: dict) -> dict:
     """A waiting pod as the queue keeps it: what placement, the queue, its PodScheduled condition and its Binding
-    read (metadata, the spec's scheduling fields, each container's name and resources, the status's conditions),
+    read (metadata, the spec's scheduling fields, each container's name and resources, the status's conditions
+    and the claims the controller-manager made for it),
     not its volumes, images, commands, env or managedFields. A backlog of thousands of pods is held until bound:
     a bench pod as the apiserver returns it takes ~10 KB of Python objects in full, ~4 KB so (tracemalloc)."""
     meta = {k: v for k, v in (pod.get("metadata") or {}).items() if k not in _META_UNREAD}
@@ -356,8 +486,9 @@ def _pending_fields(pod: dict) -> dict:
     for key in ("containers", "initContainers"):
         if spec.get(key):
             kept[key] = [{k: c[k] for k in ("name", "resources") if k in c} for c in spec[key]]
-    conditions = (pod.get("status") or {}).get("conditions")
-    return {"metadata": meta, "spec": kept, "status": {"conditions": conditions} if conditions else {}}
+    status = pod.get("status") or {}
+    return {"metadata": meta, "spec": kept,
+            "status": {k: status[k] for k in ("conditions", "resourceClaimStatuses") if status.get(k)}}
 
 
 def _placement_fields(node: dict) -> dict:

@@ -24,10 +24,10 @@ from fgpu_contracts.assignment import (
 from fgpu_contracts.errors import InputError
 from fgpu_contracts.inventory import node_inventory
 from fgpu_contracts.policy import SchedulingPolicySpec
+from fgpu_contracts.quantity import parse_quantity
 from fgpu_contracts.request import MILLI, GpuRequest, device_shape, load_request
 from fgpu_contracts.signature import sign
 
-from ..admission.quantity import parse_quantity
 from ..objects import pod_key
 from ..placement.gpus import canonical_model
 from ..placement.live import Allocation

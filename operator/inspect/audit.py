@@ -18,6 +18,9 @@ Allocate, read back from the signed context tokens, and every context its node d
   its devices.
 - No context outlives its pod: the daemon holds none for a pod that no longer exists or is finished.
 
+And, given the cluster's ResourceSlices and ResourceClaims, the DRA invariants of `claims.py`: no device or
+counter is allocated past what its slice publishes, whichever allocator wrote the claim.
+
 Pure, on raw JSON dicts; `fgpu inspect check` runs it against a cluster and exits 1 on any violation; the
 resilience tests and bench/chaos.py run it with the nodes' grants too.
 """
@@ -34,6 +37,7 @@ from fgpu_contracts.errors import InputError
 from fgpu_contracts.request import GpuRequest, load_request
 
 from ..objects import pod_key
+from .claims import claim_violations
 from .model import CheckReport, GpuView, Share, Usage
 from .view import FINISHED, cluster_report
 
@@ -75,18 +79,21 @@ class Handed:
 
 def audit(nodes: Iterable[dict], pods: Iterable[dict], gpunodes: Iterable[dict] = (),
           grants: Mapping[str, Iterable[Handed]] | None = None,
-          contexts: Mapping[str, Iterable[Handed]] | None = None) -> list[str]:
+          contexts: Mapping[str, Iterable[Handed]] | None = None,
+          slices: Iterable[dict] = (), claims: Iterable[dict] = ()) -> list[str]:
     """Every violation, one line each (empty: all invariants hold)."""
-    return list(check(nodes, pods, gpunodes, grants, contexts).violations)
+    return list(check(nodes, pods, gpunodes, grants, contexts, slices, claims).violations)
 
 
 def check(nodes: Iterable[dict], pods: Iterable[dict], gpunodes: Iterable[dict] = (),
           grants: Mapping[str, Iterable[Handed]] | None = None,
-          contexts: Mapping[str, Iterable[Handed]] | None = None) -> CheckReport:
+          contexts: Mapping[str, Iterable[Handed]] | None = None,
+          slices: Iterable[dict] = (), claims: Iterable[dict] = ()) -> CheckReport:
     """`grants`: node name -> everything that node's device plugin handed out (and its daemon holds open);
     the nodes named are the ones whose grants are checked both ways (a node left out is not checked).
     `contexts`: node name -> only what its daemon holds open (`fgpu inspect check --daemon-metrics`), checked
-    one way: a pod that opened no context (yet) owes none."""
+    one way: a pod that opened no context (yet) owes none. `slices`, `claims`: resource.k8s.io/v1
+    ResourceSlices and ResourceClaims (claims.claim_violations)."""
     pods = list(pods)
     report = cluster_report(nodes, pods, gpunodes)
     violations = [f"{p.object}: {p.message}" for p in report.problems]
@@ -99,6 +106,7 @@ def check(nodes: Iterable[dict], pods: Iterable[dict], gpunodes: Iterable[dict] 
         violations += _grant_violations(pods, {n: list(g) for n, g in grants.items()})
     if contexts is not None:
         violations += _grant_violations(pods, {n: list(g) for n, g in contexts.items()}, both_ways=False)
+    violations += claim_violations(slices, claims, pods)
     return CheckReport(ok=not violations, summary=report.summary, violations=tuple(violations),
                        daemons=tuple(sorted(contexts or ())))
 

@@ -104,8 +104,24 @@ def _check(api, targets: list[Target]):
 
     core = client.CoreV1Api(api)
     nodes, pods, gpunodes = list(_pages(core.list_node)), list(_pages(core.list_pod_for_all_namespaces)), _gpunodes(api)
+    slices, claims = _dra_objects(api, "resourceslices"), _dra_objects(api, "resourceclaims")
     contexts = read_contexts(targets) if targets else None
-    return check(nodes, pods, gpunodes, contexts=contexts)
+    return check(nodes, pods, gpunodes, contexts=contexts, slices=slices, claims=claims)
+
+
+def _dra_objects(api, plural: str) -> list[dict]:
+    """resource.k8s.io/v1 objects of every namespace, or none where the API is not served or not readable to
+    us (a cluster without DRA has nothing to check)."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    custom = client.CustomObjectsApi(api)
+    try:
+        return list(_pages(lambda **kw: custom.list_cluster_custom_object("resource.k8s.io", "v1", plural, **kw)))
+    except ApiException as e:
+        if e.status in (403, 404):
+            return []
+        raise
 
 
 def _gpunodes(api) -> list[dict]:

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from fgpu_operator.placement.errors import PlacementInputError
-from fgpu_operator.placement.policies import DEFAULT_POLICY, POLICY_NAMES
+from fgpu_operator.placement.policies import ALLOCATORS, DEFAULT_POLICY, POLICY_NAMES
 
 from fgpu_contracts.cli import check_writable, number
 from fgpu_contracts.extras import need
@@ -89,6 +89,9 @@ def register(subparsers) -> None:
     p.add_argument("--policy", action="append", metavar="NAME",
                    help=f"policy to run, repeatable, or 'all' (default: {DEFAULT_POLICY}; "
                         f"known: {', '.join(POLICY_NAMES)})")
+    p.add_argument("--allocator", action="append", metavar="NAME", choices=ALLOCATORS,
+                   help="also replay another scheduler's allocation rule beside the policies, repeatable "
+                        f"(known: {', '.join(ALLOCATORS)}: kube-scheduler's DRA allocator; see docs/dra.md)")
     from .trace import BUNDLED_TRACES
 
     p.add_argument("--pods", action="append", metavar="CSV",
@@ -142,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
         policies = parse_qos_policies(args.policy)
     else:
         policies = parse_policies(args.policy)
+    policies += [a for a in dict.fromkeys(args.allocator or []) if a not in policies]
     seeds = [args.seed] if args.seed is not None else parse_seeds(args.seeds or DEFAULT_SEEDS)
     if args.plot:
         if not args.plot.lower().endswith(".png"):

@@ -4,11 +4,11 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-from fgpu_operator.admission.quantity import parse_number, parse_quantity, quantity_bytes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fgpu_contracts.errors import InputError
+from fgpu_contracts.quantity import parse_number, parse_quantity, quantity_bytes
 
 QUANTITIES = {
     "8Gi": 8 << 30, "8192Mi": 8 << 30, "1Ki": 1024, "2Ti": 2 << 40, "1Ei": 1 << 60, "1.5Gi": 3 << 29,

@@ -137,7 +137,8 @@ def test_rbac_has_no_wildcards_and_no_secrets():
             for field in ("apiGroups", "resources", "verbs", "resourceNames"):
                 assert "*" not in rule.get(field, []), rule
             assert "secrets" not in rule["resources"], rule
-            assert not {"delete", "deletecollection", "escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
+            allowed = {"delete"} if rule["resources"] == ["resourceslices"] else set()  # fgpu-dra's own slices
+            assert not {"delete", "deletecollection", "escalate", "bind", "impersonate"} - allowed & set(rule["verbs"]), rule
 
 
 def test_node_pools_each_get_a_daemonset_with_a_config_simgpu_loads():
@@ -241,7 +242,8 @@ def test_the_packaged_chart_holds_deploys_crds_and_dashboards_only(tmp_path):
     with tarfile.open(archive) as tar:
         names = [n for n in tar.getnames() if n.startswith("fgpu/files/")]
     assert names
-    outside = [n for n in names if not n.startswith(("fgpu/files/crds/", "fgpu/files/grafana/"))]
+    dra = ("fgpu/files/dra/deviceclasses.yaml", "fgpu/files/dra/extended-resource.yaml")
+    outside = [n for n in names if not n.startswith(("fgpu/files/crds/", "fgpu/files/grafana/")) and n not in dra]
     assert not outside, f"deploy/ entries not in charts/fgpu/.helmignore: {outside}"
 
 

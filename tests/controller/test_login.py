@@ -4,7 +4,6 @@ cannot resolve; outside a pod, Kopf's kubeconfig login."""
 from __future__ import annotations
 
 import kopf
-
 from fgpu_operator.controller import handlers
 from fgpu_operator.kube import config as kubeconfig
 

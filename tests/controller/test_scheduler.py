@@ -224,3 +224,29 @@ def test_a_waiting_pod_keeps_what_placement_and_its_messages_read_and_drops_the_
     assert "volumes" not in slim["spec"] and "managedFields" not in slim["metadata"]
     assert set(slim["metadata"]["annotations"]) == {keys.REQUEST}
     assert slim["metadata"]["creationTimestamp"] == "2026-11-28T00:00:00Z"
+
+
+def test_a_pod_whose_claim_is_not_made_yet_waits_silently_and_is_never_bound():
+    """Its ResourceClaim comes from a template (the controller-manager makes it): binding before the claim is
+    allocated would have the kubelet refuse the pod, so it waits, without a FailedScheduling to read
+    (tests/controller/test_dra_claims.py allocates the claim once it exists)."""
+    async def scenario():
+        api, events = FakeApi(), FakeEvents()
+        s = Scheduler(LiveCluster(policy="binpack"), api, events)
+        loop = asyncio.create_task(s.run())
+        node = {"metadata": {"name": "n", "annotations": {
+            keys.INVENTORY: fractional_inventory("n", 1, uuid=lambda i: f"GPU-{i}")}},
+            "status": {"allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"}}}
+        s.on_node("ADDED", node)
+        claimed = pod("claimed", 300)
+        claimed["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "share"}]
+        s.on_pod("ADDED", claimed)
+        s.on_pod("ADDED", pod("plain", 300))
+        await asyncio.sleep(0.05)
+        await s.drain()
+        assert [c[1] for c in api.calls if c[1].endswith("/binding")] == ["/api/v1/namespaces/ns/pods/plain/binding"]
+        assert not [m for uid, reason, m in events.messages if uid == "claimed"]
+        assert s.parked["claimed"].claims_pending
+        loop.cancel()
+
+    asyncio.run(scenario())

@@ -18,6 +18,16 @@ from devcluster.stub_kubelet import StubKubelet  # noqa: E402
 from simgpu.nodeconfig import parse_node_config  # noqa: E402
 
 
+def stop_process(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL after `grace` seconds: a node-side process stopped as the kubelet stops a pod."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 @contextlib.contextmanager
 def running_plugin(k8s, node: str, config: str, secret: bytes, labels: dict[str, str] | None = None,
                    args: tuple[str, ...] = (), log_file: Path | None = None
@@ -45,12 +55,7 @@ def running_plugin(k8s, node: str, config: str, secret: bytes, labels: dict[str,
         try:
             yield core, kubelet, parse_node_config(yaml.safe_load(config))
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc)
             kubelet.stop()
             core.delete_node(node)
             print(log_path.read_text()[-3000:])

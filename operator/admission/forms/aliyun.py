@@ -4,10 +4,10 @@ memory."""
 from __future__ import annotations
 
 from fgpu_contracts import keys
+from fgpu_contracts.quantity import parse_quantity, whole
 
 from ..config import AdmissionConfig
 from ..podview import PodView
-from ..quantity import parse_quantity, whole
 from .common import Claims
 
 SOURCE = "aliyun"

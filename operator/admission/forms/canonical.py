@@ -12,13 +12,13 @@ import pydantic
 
 from fgpu_contracts import keys
 from fgpu_contracts.errors import InputError
+from fgpu_contracts.quantity import show
 from fgpu_contracts.request import GpuRequest, load_request
 
 from ..claims import first_error
 from ..config import AdmissionConfig
 from ..gpus import mig_profile, model_names
 from ..podview import PodView
-from ..quantity import show
 from .common import Claims, choice, group, note, tokens
 
 _CONTAINER_ATTRS = ("count", "milli_gpu", "mem_bytes", "mem_pct", "sm_pct")

@@ -5,11 +5,11 @@ import re
 from decimal import Decimal
 
 from fgpu_contracts.errors import InputError
+from fgpu_contracts.quantity import ceil_int, parse_number, show
 from fgpu_contracts.request import MILLI
 
 from ..claims import Claim
 from ..podview import PodView, annotation_field
-from ..quantity import ceil_int, parse_number, show
 
 MAX_DEVICES = 64  # ContainerRequest.count's ceiling
 _GROUP = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")  # a label value

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from fgpu_contracts import keys
 from fgpu_contracts.errors import InputError
+from fgpu_contracts.quantity import parse_number, quantity_bytes, show, whole
 from fgpu_contracts.request import ModelFilter
 
 from ..config import AdmissionConfig
 from ..gpus import mig_profile, model_names
 from ..podview import PodView
-from ..quantity import parse_number, quantity_bytes, show, whole
 from .common import MAX_DEVICES, Claims, choice, fraction, group, note
 
 SOURCE = "fgpu"

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from fgpu_contracts import keys
 from fgpu_contracts.errors import InputError
+from fgpu_contracts.quantity import parse_quantity, show, whole
 from fgpu_contracts.request import MILLI, ModelFilter
 
 from ..config import AdmissionConfig
 from ..gpus import model_names, smallest_mig_profile
 from ..podview import ContainerView, PodView
-from ..quantity import parse_quantity, show, whole
 from .common import Claims, choice, note, tokens
 
 SOURCE = "hami"

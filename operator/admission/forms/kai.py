@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from fgpu_contracts import keys
 from fgpu_contracts.errors import InputError
+from fgpu_contracts.quantity import parse_number, show, whole
 
 from ..config import AdmissionConfig
 from ..podview import PodView
-from ..quantity import parse_number, show, whole
 from .common import MAX_DEVICES, Claims, fraction, note
 
 SOURCE = "kai"

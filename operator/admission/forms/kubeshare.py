@@ -11,12 +11,12 @@ import math
 
 from fgpu_contracts import keys
 from fgpu_contracts.errors import InputError
+from fgpu_contracts.quantity import parse_number, show, whole
 from fgpu_contracts.request import MILLI, ModelFilter
 
 from ..config import AdmissionConfig
 from ..gpus import model_names
 from ..podview import PodView, label_field
-from ..quantity import parse_number, show, whole
 from .common import Claims, group
 
 SOURCE = "kubeshare"

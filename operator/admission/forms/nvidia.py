@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from fgpu_contracts import keys
 from fgpu_contracts.errors import InputError
+from fgpu_contracts.quantity import parse_quantity, show, whole
 
 from ..claims import Claim
 from ..config import AdmissionConfig
 from ..gpus import is_mig_profile_name, mig_profile
 from ..podview import ContainerView, PodView
-from ..quantity import parse_quantity, show, whole
 from .common import MAX_DEVICES, Claims
 
 SOURCE = "nvidia"

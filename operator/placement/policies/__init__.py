@@ -10,6 +10,7 @@ from .clustering import GpuClusteringPolicy
 from .dotprod import DotProductPolicy
 from .fgd import FgdPolicy
 from .fgpu import FgpuPolicy
+from .kubedra import KubeDraPolicy
 from .packing import GpuPackingPolicy
 from .random import RandomPolicy
 from .spread import BinpackPolicy, SpreadPolicy
@@ -24,12 +25,15 @@ POLICIES: dict[str, Callable[[TargetWorkload], object]] = {
     "fgpu": FgpuPolicy,
     "binpack": lambda w: BinpackPolicy(),
     "spread": lambda w: SpreadPolicy(),
+    "kube-dra": lambda w: KubeDraPolicy(),
 }
 #: What `fgpu simulate --policy all` replays: the paper's policies in its order, then ours.
 POLICY_NAMES: tuple[str, ...] = ("random", "dotprod", "clustering", "packing", "bestfit", "fgd", "fgpu")
 #: Node policies a live cluster offers (cluster-wide default and per pod): HAMi's two, FGD, ours.
 LIVE_POLICIES: tuple[str, ...] = ("binpack", "spread", "fgd", "fgpu")
 DEFAULT_POLICY = "fgpu"
+#: `fgpu simulate --allocator NAME`: another scheduler's allocation rule, replayed beside the policies.
+ALLOCATORS: tuple[str, ...] = ("kube-dra",)
 
 
 def make_policy(name: str, workload: TargetWorkload):
