@@ -14,12 +14,12 @@ from functools import cache
 from typing import Any
 
 from fgpu_contracts.errors import InputError
+from fgpu_contracts.quantity import show
 from fgpu_contracts.request import GpuRequest, device_shape
 from simgpu import mig
 from simgpu.catalog import all_gpus
 
 from ..placement.models import ModelFilter, admits_all
-from .quantity import show
 
 #: (container or None for the pod, attribute) -> the claims.Claim that set it (its `field` and `text` name
 #: the user's spelling in a refusal)

@@ -11,9 +11,14 @@ from fgpu_operator.sim.trace import load_pods
 from simgpu import mig
 
 REPO = Path(__file__).resolve().parents[2]
+# bench/ on sys.path only while its scripts import: left there, its deviceplugin.py would shadow the package
+_saved = list(sys.path)
 sys.path.insert(0, str(REPO / "bench"))
-import mig_modes  # noqa: E402
-import preemption_time  # noqa: E402
+try:
+    import mig_modes  # noqa: E402
+    import preemption_time  # noqa: E402
+finally:
+    sys.path[:] = _saved
 
 
 def test_static_layouts_are_valid_and_follow_the_demand():
