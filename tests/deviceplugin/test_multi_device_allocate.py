@@ -81,10 +81,6 @@ def test_a_single_gpu_hand_off_of_an_earlier_fgpu_still_reads():
 def test_the_node_daemon_opens_each_device_of_the_container_with_its_token_and_quota(plugin_dir, secret_file):
     """simgpu's node daemon (its own process, the same node config and secret) takes each device's token for
     that device only, with half of its memory as the quota."""
-
-    from conftest import REPO
-
-
     config = os.path.join(plugin_dir, "node.yaml")
     with open(config, "w") as fh:
         fh.write("version: v1\ngpus: [{model: A100-80GB, count: 4, sharing: fractional}]\nmemoryQuota: hard\n"

@@ -202,7 +202,7 @@ def test_helm_install_runs_every_chart_pod_on_the_real_node(cluster, target, cor
     assert len(operators) == 2 and found["leader"] in operators
     assert all(node == NODE_NAME for node in pods.values())  # none on the KWOK node
     resources = found["resources"][NODE_NAME]
-    assert resources["nvidia.com/gpu"] == "20"  # 2 A100s x splitCount 10
+    assert resources["nvidia.com/gpu"] == "40"  # 4 A100s x splitCount 10
     assert resources["nvidia.com/mig-1g.10gb"] == "2" and resources["nvidia.com/mig-3g.40gb"] == "1"
     assert resources["nvidia.com/gpu.shared"] == "4"  # the L4, time-sliced
     assert SOCKET_HOST_PATH.is_socket()  # the daemon pod serves its socket on the node
@@ -285,7 +285,7 @@ def test_prometheus_scrapes_every_chart_pod_and_report_draws_from_it(cluster, ta
         expected = 2 + 2  # two operators; the node's device plugin and daemon
         up = wait_for(lambda: (r := prom.query("up == 1")) and len(r) == expected and r, 60,
                       f"Prometheus to scrape all {expected} chart pods", show=lambda: prom.query("up"))
-        assert {s["metric"]["job"] for s in up} == {"fgpu-operator", "fgpu-device-plugin", "fgpu-node-daemon"}
+        assert {s.labels["job"] for s in up} == {"fgpu-operator", "fgpu-device-plugin", "fgpu-node-daemon"}
         wait_for(lambda: prom.query('fgpu_pod_gpu_memory_limit_bytes{pod="share-a"}'), 30,
                  "the daemon's series for share-a")
         out = tmp_path / "report"

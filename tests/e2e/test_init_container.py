@@ -65,7 +65,10 @@ def test_kai_fraction_for_an_init_container_reaches_that_container(k8s, namespac
             grant = verify_token(SECRET, env["FGPU_CONTEXT_TOKEN"])
             assert (grant.pod_namespace, grant.pod_name, grant.container) == (namespace, "prep-then-serve", "prep")
             assert records["main"]["devices"] == {} and "FGPU_CONTEXT_TOKEN" not in records["main"]["env"]
-            after = core.read_namespaced_pod(pod["metadata"]["name"], namespace).metadata.annotations
+            # the plugin writes its record after answering Allocate: wait for it, as the kubelet does not
+            after = wait_for(lambda: (a := core.read_namespaced_pod(pod["metadata"]["name"], namespace)
+                                      .metadata.annotations or {}) and keys.ALLOCATED in a and a, 30,
+                             "the plugin's allocation record")
             assert json.loads(after[keys.ALLOCATED]) == ["prep"]  # the plugin's record: the init container
             assert json.loads(after[ALLOCATED]) == {"main": {}, "prep": {"nvidia.com/gpu": records["prep"]["devices"][
                 "nvidia.com/gpu"]}}
