@@ -133,8 +133,11 @@ class Cluster:
                 "testbin": str(self.plane.testbin), "timings": self.timings}
 
     def stop(self) -> None:
-        """The node first (its pods drained while the apiserver answers), then the control plane."""
+        """The node first (its pods drained while the apiserver answers), then the control plane. The
+        controllers stop before the drain, or the DaemonSet's and Deployment's pods would come back as it runs."""
         try:
+            for name in ("kube-controller-manager", "kube-scheduler"):
+                self.plane.stop_component(name)
             self.node.stop()
         finally:
             self.plane.stop()

@@ -402,7 +402,9 @@ class RealNode:
             pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={self.name}").items
             for pod in pods:
                 with contextlib.suppress(client.ApiException):
-                    core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
+                    # SIGTERM first: a pod's process that cleans up after itself (the node daemon removes its socket
+                    # from the host) gets to; the kubelet kills it 5 s later at the latest
+                    core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=5)
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
                 left = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={self.name}").items
