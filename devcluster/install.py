@@ -172,11 +172,19 @@ def check(target: Target, say=print, timeout: float = 300) -> dict:
         found["resources"] = {}
         for node in sorted(n for n in nodes if n):
             def advertised(node=node):
+                """Every device resource the plugin's inventory lists, with its count, is allocatable (the
+                plugin registers them one by one, and the kubelet reports each a moment later)."""
+                from fgpu_contracts import keys
+                from fgpu_contracts.inventory import parse_inventory
+
                 status = json.loads(core.read_node(node, _preload_content=False).data)
+                raw = status["metadata"].get("annotations", {}).get(keys.INVENTORY)
+                if raw is None:
+                    return None
                 have = {k: v for k, v in status["status"].get("allocatable", {}).items()
                         if k.startswith(("nvidia.com/", "fgpu.io/"))}
-                published = "fgpu.io/gpu-inventory" in status["metadata"].get("annotations", {})
-                return have if have and published else None
+                want = parse_inventory(raw).resources
+                return have if all(have.get(r) == str(n) for r, n in want.items()) else None
 
             found["resources"][node] = wait(advertised, 120, f"node {node} to advertise fgpu's devices")
             say(f"ok: {node}'s device plugin is registered with its kubelet: " +

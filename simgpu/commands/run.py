@@ -93,7 +93,10 @@ def _run(args: argparse.Namespace) -> int:
         except SimgpuError as e:
             # the daemon went away (its pod restarted, e.g. a DaemonSet roll): every context it held is gone;
             # the signed grant still holds, so wait for the daemon and open a new context with it
-            if e.field != "socket" or args.no_reconnect:
+            from simgpu.device.engine import DAEMON_SHUTDOWN
+
+            gone = e.field == "socket" or (e.field == "context" and DAEMON_SHUTDOWN in str(e))
+            if not gone or args.no_reconnect:
                 raise
             progress.iterations = progress.reported
             print(f"simgpu run: lost the node daemon ({e}); reconnecting (up to {RECONNECT_S:.0f} s)",

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simgpu.device import ClientSpec, ContextLostError, EmulatedDevice, EmulatedNode
+from simgpu.device.engine import DAEMON_SHUTDOWN
 from simgpu.errors import SimgpuError
 from simgpu.token import Grant, verify_token
 
@@ -266,7 +267,7 @@ class NodeRuntime:
         if self._timer is not None:
             self._timer.cancel()
         for cid in list(self._waiters):
-            self._resolve(cid, ContextLostError("daemon shutting down"))
+            self._resolve(cid, ContextLostError(DAEMON_SHUTDOWN))
         with contextlib.suppress(Exception):
             for queue in self._watchers:
                 queue.put_nowait(self.devices())

@@ -44,6 +44,11 @@ _DONE_EPS = 1e-9
 _SEGMENT_CACHE = 4096
 
 
+#: The reason every open context is lost when the node daemon stops (SIGTERM, e.g. its pod rolling): unlike a
+#: fault, the grant still holds, and a workload may open a new context once a daemon answers again.
+DAEMON_SHUTDOWN = "daemon shutting down"
+
+
 class ContextLostError(SimgpuError):
     """The context died (its own fault, an MPS co-runner's fault, or the GPU was lost); only close() works."""
 
