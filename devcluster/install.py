@@ -8,7 +8,8 @@ kind of cluster: `make cluster-up`'s (devcluster.cluster), kind's and minikube's
 make, each timed: every pod of the release Running and Ready; one operator replica holding the scheduler's
 Lease; the webhook reached by the apiserver through its Service (an invalid pod is denied with fgpu's own
 message, a valid one mutated, both as dry runs); on each node of a pool, the device plugin registered with
-the kubelet (the node advertises the pool's resources) and the node's GPUNode published. Prints one line per
+the kubelet (the node advertises the pool's resources) and the node's GPUNode published; on a DRA pool,
+fgpu-dra registered with the kubelet (its log says so) and the node's ResourceSlices published. Prints one line per
 check; exit 1 with the failed check's line otherwise.
 """
 from __future__ import annotations
@@ -168,9 +169,18 @@ def check(target: Target, say=print, timeout: float = 300) -> dict:
             raise InstallError("a valid 0.1-GPU pod was admitted unchanged: the mutating webhook is not called")
         say(f"ok: a 0.1-GPU pod is admitted and handed to {scheduler}")
 
-        nodes = {p["spec"].get("nodeName") for p in pods if "operator" not in p["metadata"]["name"]}
+        node_pods = [p for p in pods if "operator" not in p["metadata"]["name"] and p["spec"].get("nodeName")]
+        dra_pods = {p["spec"]["nodeName"]: p for p in node_pods
+                    if any(c["name"] == DRA_CONTAINER for c in p["spec"]["containers"])}
+        found["dra"] = {}
+        for node, pod in sorted(dra_pods.items()):
+            found["dra"][node] = wait(lambda node=node, pod=pod: _dra_ready(core, api, node, pod), 120,
+                                      f"fgpu-dra on {node} registered with its kubelet and its ResourceSlices published",
+                                      show=lambda node=node, pod=pod: _dra_state(core, api, node, pod))
+            say(f"ok: {node}'s fgpu-dra is registered with its kubelet and publishes {found['dra'][node]} devices")
+        nodes = {p["spec"]["nodeName"] for p in node_pods} - set(dra_pods)
         found["resources"] = {}
-        for node in sorted(n for n in nodes if n):
+        for node in sorted(nodes):
             def advertised(node=node):
                 """Every device resource the plugin's inventory lists, with its count, is allocatable (the
                 plugin registers them one by one, and the kubelet reports each a moment later)."""
@@ -191,6 +201,28 @@ def check(target: Target, say=print, timeout: float = 300) -> dict:
                 ", ".join(f"{k}: {v}" for k, v in sorted(found["resources"][node].items())))
     found["timings"] = dict(target.timings)
     return found
+
+
+DRA_CONTAINER = "dra-driver"  # the node DaemonSet's container on a DRA pool (charts/fgpu/templates/node.yaml)
+REGISTERED = "the kubelet registered driver"  # fgpu-dra's log line on NotifyRegistrationStatus(registered)
+
+
+def _dra_state(core, api, node: str, pod: dict) -> tuple[int, bool]:
+    """(devices fgpu-dra publishes for the node, whether its log says the kubelet registered it)."""
+    from kubernetes import client
+
+    from fgpu_contracts.dra import DRIVER
+
+    slices = client.CustomObjectsApi(api).list_cluster_custom_object(
+        "resource.k8s.io", "v1", "resourceslices", field_selector=f"spec.nodeName={node},spec.driver={DRIVER}")
+    devices = sum(len(s["spec"].get("devices") or []) for s in slices["items"])
+    log = core.read_namespaced_pod_log(pod["metadata"]["name"], pod["metadata"]["namespace"], container=DRA_CONTAINER)
+    return devices, REGISTERED in log
+
+
+def _dra_ready(core, api, node: str, pod: dict) -> int | None:
+    devices, registered = _dra_state(core, api, node, pod)
+    return devices if devices and registered else None
 
 
 def uninstall(target: Target, timeout: float = 300) -> None:

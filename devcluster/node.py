@@ -31,6 +31,11 @@ from devcluster.kubeplane import Component, ComponentError, free_port, http_ok
 
 DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")  # fixed in the kubelet
 CHECKPOINT = DEVICE_PLUGIN_DIR / "kubelet_internal_checkpoint"
+# The kubelet watches <root-dir>/plugins_registry for DRA (and CSI) plugins, and drivers put their own sockets in
+# <root-dir>/plugins; a node's root dir is per run, so these standard paths are bind mounts of the run's dirs:
+# a DRA driver with its default paths (the chart's) registers with this kubelet, and its sockets go with the run
+KUBELET_PLUGIN_DIRS = {"plugins_registry": Path("/var/lib/kubelet/plugins_registry"),
+                       "plugins": Path("/var/lib/kubelet/plugins")}
 LOCK = Path("/run/fgpu-e2e-node.lock")
 NETNS_DIR = Path("/run/netns")  # containerd's default for pod netns (ours go under its state dir instead)
 MADE_VAR_LIB_KUBELET = Path("/run/fgpu-e2e-node.made-var-lib-kubelet")  # survives a killed run: remove it later
@@ -204,6 +209,7 @@ class RealNode:
         self._made_var_lib_kubelet = False
         self._cgroups_before: set[Path] = set()
         self._stopped = False
+        self._made_plugin_dirs: list[Path] = []
 
     # ---- start ---------------------------------------------------------------------------------------------
     def start(self, lock_timeout: float = 600) -> None:
@@ -214,6 +220,7 @@ class RealNode:
             MADE_VAR_LIB_KUBELET.touch()
         self._made_var_lib_kubelet = MADE_VAR_LIB_KUBELET.exists()
         self._cgroups_before = set(Path("/").glob(CGROUPS.lstrip("/")))
+        self._bind_plugin_dirs()
         self._start_containerd()
         self._start_kubelet()
 
@@ -245,6 +252,10 @@ class RealNode:
         deadline = time.monotonic() + 10
         while _probe_processes() and time.monotonic() < deadline:  # gone before their cgroups are removed
             time.sleep(0.1)
+        for standard in KUBELET_PLUGIN_DIRS.values():  # bound to a dead run's dirs
+            while str(standard) in _mounts():
+                if subprocess.run(["umount", "-l", str(standard)], capture_output=True).returncode:
+                    break
         for run in stale:
             for point in _mounts():
                 if point.startswith(f"{run}/"):
@@ -259,6 +270,18 @@ class RealNode:
             for sock in DEVICE_PLUGIN_DIR.iterdir():
                 if sock.is_socket():
                     sock.unlink(missing_ok=True)
+
+    def _bind_plugin_dirs(self) -> None:
+        """The kubelet's plugin dirs (KUBELET_PLUGIN_DIRS) at their standard paths, bound to this run's."""
+        for sub, standard in KUBELET_PLUGIN_DIRS.items():
+            (self.root_dir / sub).mkdir(parents=True, exist_ok=True)
+            if not standard.exists():
+                standard.mkdir(parents=True)
+                self._made_plugin_dirs.append(standard)
+            done = subprocess.run(["mount", "--bind", str(self.root_dir / sub), str(standard)],
+                                  capture_output=True, text=True)
+            if done.returncode:
+                raise ComponentError(f"mount --bind {self.root_dir / sub} {standard}: {done.stderr.strip()}")
 
     def _launch(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Component:
         comp = Component(name, argv, self.logdir / f"{name}.log", self.plane.detach, env=env)
@@ -328,7 +351,7 @@ class RealNode:
     def _start_kubelet(self) -> None:
         cfg = self.logdir / "kubelet.config.yaml"
         cfg.write_text(yaml.safe_dump(self.kubelet_config(), sort_keys=False))
-        self.root_dir.mkdir()
+        self.root_dir.mkdir(exist_ok=True)
         comp = self._launch("kubelet", [
             str(self.plane.testbin / "kubelet"), f"--config={cfg}", f"--kubeconfig={self.plane.kubeconfig}",
             f"--root-dir={self.root_dir}", f"--cert-dir={self.root_dir / 'pki'}", f"--hostname-override={self.name}", f"--node-ip={self.ip}", "--v=2",
@@ -438,6 +461,9 @@ class RealNode:
         _kill_cgroup_processes(self._new_cgroups())
         time.sleep(0.2)  # the kernel reaps them before their cgroups can go
         self._unmount_all()
+        for made in self._made_plugin_dirs:
+            with contextlib.suppress(OSError):
+                made.rmdir()
         _remove_cgroups(self._new_cgroups())  # empty by now: runc removed each container's own
         for ns in self._new_netns():
             (NETNS_DIR / ns).unlink(missing_ok=True)
@@ -460,7 +486,7 @@ class RealNode:
             self._lock = None
 
     def _ours(self, point: str) -> bool:
-        return point.startswith(str(self.run) + "/") or (
+        return point.startswith(str(self.run) + "/") or point in map(str, KUBELET_PLUGIN_DIRS.values()) or (
             point.startswith(str(NETNS_DIR) + "/") and Path(point).name not in (self._netns_before or set()))
 
     def _unmount_all(self) -> None:

@@ -76,10 +76,13 @@ def allocated_claim(name: str, uid: str, results: list[dict], node: str = NODE, 
         r.setdefault("driver", "gpu.fgpu.io")
         r.setdefault("pool", node)
         r.setdefault("request", "gpu")
+    # the request asks what the allocation consumed (as an allocator writes it: fgpu-dra refuses more)
+    asked = next((dict(r["consumedCapacity"]) for r in results if r.get("consumedCapacity")), None)
+    request = {"deviceClassName": "gpu-share.fgpu.io", **({"capacity": {"requests": asked}} if asked else {})}
     return {
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
         "metadata": {"name": name, "namespace": namespace, "uid": uid},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu-share.fgpu.io"}}]}},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": request}]}},
         "status": {"allocation": {"devices": {"results": results}},
                    "reservedFor": [{"resource": "pods", "name": pod, "uid": f"uid-{pod}"}]},
     }

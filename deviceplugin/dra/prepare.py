@@ -88,11 +88,51 @@ def allocated_devices(claim: Mapping, ref: ClaimRef, node: str, devices: NodeDev
         if dev.shared and not result.get("shareID"):
             raise PrepareError(f"claim {ref.namespace}/{ref.name}: shared device {dev.name} allocated without a "
                                f"shareID", field=f"{where}.shareID")
+        if dev.shared:
+            _within_request(claim, result.get("request", ""), dev, memory, sm, f"claim {ref.namespace}/{ref.name}",
+                            where)
         out.append(Allocated(result.get("request", ""), dev.name, result.get("shareID"), memory, sm))
     if not out:
         raise PrepareError(f"claim {ref.namespace}/{ref.name} has no device of driver {names.DRIVER}",
                            field="status.allocation.devices.results")
     return out
+
+
+def _requested(claim: Mapping, request: str) -> Mapping:
+    """capacity.requests of the claim's request (or subrequest "<request>/<sub>" of a firstAvailable list)."""
+    main, _, sub = request.partition("/")
+    for req in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
+        if req.get("name") != main:
+            continue
+        if not sub:
+            return ((req.get("exactly") or {}).get("capacity") or {}).get("requests") or {}
+        for alt in req.get("firstAvailable") or []:
+            if alt.get("name") == sub:
+                return (alt.get("capacity") or {}).get("requests") or {}
+    return {}
+
+
+def _within_request(claim: Mapping, request: str, dev: DraDevice, memory: int | None, sm: int | None, who: str,
+                    where: str) -> None:
+    """A share's consumedCapacity is what its request asks, rounded by the device's request policy (256Mi steps
+    of memory, the GPU's memory by default; whole percents of SMs, none by default); more than that is an edited
+    or forged status, and the claim gets nothing rather than another claim's memory or SMs."""
+    asked = _requested(claim, request)
+    if names.CAP_MEMORY in asked:
+        raw = ceil_int(parse_quantity(asked[names.CAP_MEMORY], f"spec.devices.requests[{request}].capacity"))
+        allowed_mem = max(1, -(-raw // names.MEMORY_STEP)) * names.MEMORY_STEP
+    else:
+        allowed_mem = dev.mem_bytes - dev.mem_bytes % names.MEMORY_STEP
+    allowed_sm = ceil_int(parse_quantity(asked[names.CAP_SM_SHARE], f"spec.devices.requests[{request}].capacity")) \
+        if names.CAP_SM_SHARE in asked else 0
+    for key, got, allowed in ((names.CAP_MEMORY, memory, allowed_mem), (names.CAP_SM_SHARE, sm, allowed_sm)):
+        if got is not None and got > allowed:
+            raise PrepareError(f"{who}: consumedCapacity {got} on device {dev.name} is more than its request "
+                               f"{request!r} asks ({allowed}): the status was edited after allocation",
+                               field=f"{where}.consumedCapacity[{key}]", allowed=[f"at most {allowed}"])
+    if memory is None and allowed_mem < dev.mem_bytes - dev.mem_bytes % names.MEMORY_STEP:
+        raise PrepareError(f"{who}: device {dev.name} allocated without consumedCapacity for a request of "
+                           f"{allowed_mem} bytes", field=f"{where}.consumedCapacity[{names.CAP_MEMORY}]")
 
 
 def _share_amounts(dev: DraDevice, a: Allocated) -> tuple[int, int]:
@@ -108,10 +148,14 @@ def check_commitment(devices: NodeDevices, prepared: Iterable[Allocated], new: l
     device in use (a shared device once, however many shares), as kube-scheduler's allocator charges them."""
     in_use: dict[str, str] = {}  # device -> who holds it (for the message)
     share_sum: dict[str, list[int]] = {}
+    share_ids: dict[str, set[str | None]] = {}
     for label, group in (("a prepared claim", list(prepared)), ("this claim", new)):
         for a in group:
             dev = devices.by_name[a.device]
             if dev.shared:
+                if a.share_id in share_ids.setdefault(dev.name, set()):
+                    return f"device {dev.name}: share {a.share_id} is handed out twice"
+                share_ids[dev.name].add(a.share_id)
                 memory, sm = _share_amounts(dev, a)
                 total = share_sum.setdefault(dev.name, [0, 0])
                 total[0] += memory

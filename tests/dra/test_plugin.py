@@ -205,6 +205,13 @@ def test_unprepare_releases_and_is_idempotent(driver, claims):
     (lambda c: c["status"]["allocation"]["devices"]["results"][0].pop("shareID"), "without a shareID"),
     (lambda c: c["status"]["allocation"]["devices"]["results"][0].update(driver="other.example.com"),
      "no device of driver"),
+    # a status edited after allocation: more memory or SMs than the claim's request asks, or none named
+    (lambda c: c["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"].update(
+        {"gpu.fgpu.io/memory": "40Gi"}), "more than its request 'gpu' asks (8589934592)"),
+    (lambda c: c["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"].update(
+        {"gpu.fgpu.io/smShare": "90"}), "more than its request 'gpu' asks (30)"),
+    (lambda c: c["status"]["allocation"]["devices"]["results"][0].pop("consumedCapacity"),
+     "without consumedCapacity"),
 ])
 def test_claims_that_are_not_what_the_kubelet_names_get_nothing(driver, claims, mutate, expect):
     start, short_dir = driver
@@ -287,3 +294,17 @@ def test_bad_opaque_config_gets_nothing(driver, claims, params, expect):
     resp = kubelet.prepare(ref).claims["uid-c"]
     assert expect in resp.error and "config[0].opaque.parameters" in resp.error and not resp.devices
     assert not os.path.exists(cdi_spec_path(f"{short_dir}/cdi", "uid-c"))
+
+
+def test_a_share_id_handed_out_twice_is_refused(driver, claims):
+    """Two claims naming one share of a device (a status copied from another claim): the second gets nothing."""
+    start, short_dir = driver
+    _, kubelet = start()
+    first = claims.add(_share("c1", "uid-1", "8Gi", "30"))
+    copied = _share("c2", "uid-2", "8Gi", "30")
+    copied["status"]["allocation"]["devices"]["results"][0]["shareID"] = "share-uid-1"
+    second = claims.add(copied)
+    assert kubelet.prepare(first).claims["uid-1"].error == ""
+    resp = kubelet.prepare(second).claims["uid-2"]
+    assert "share share-uid-1 is handed out twice" in resp.error and not resp.devices
+    assert not os.path.exists(cdi_spec_path(f"{short_dir}/cdi", "uid-2"))
