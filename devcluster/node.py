@@ -358,6 +358,15 @@ class RealNode:
             *([f"--node-labels={','.join(f'{k}={v}' for k, v in sorted(self.labels.items()))}"] if self.labels else [])])
         comp.wait_ready(lambda: http_ok(f"http://127.0.0.1:{self.healthz_port}/healthz"), 90, "/healthz answering")
 
+    def restart_kubelet(self, timeout: float = 90) -> None:
+        """Stop the kubelet (SIGTERM, as a service manager would) and start it again with the same flags; the
+        containers it started keep running under containerd meanwhile. Returns once /healthz answers."""
+        kubelet = next(c for c in self.components if c.name == "kubelet")
+        kubelet.stop()
+        kubelet.start()
+        kubelet.wait_ready(lambda: http_ok(f"http://127.0.0.1:{self.healthz_port}/healthz"), timeout,
+                           "/healthz answering after a restart")
+
     def wait_ready(self, timeout: float = 120) -> dict:
         """Wait until the Node is Ready, and lift the not-ready taint it was created with (the node lifecycle
         controller's job, and the controller-manager may not run); returns the Node as a dict."""

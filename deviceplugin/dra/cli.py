@@ -92,6 +92,7 @@ class Driver:
         self.daemon_socket = args.daemon_socket
 
     def start(self) -> None:
+        self.state.forget_gone_claims()  # before the kubelet can ask: they would count against new claims
         self.plugin.start()
         start_health(self.daemon_socket, self.board, self.plugin.stopping)
         threading.Thread(target=self._publish_loop, name="slices", daemon=True).start()

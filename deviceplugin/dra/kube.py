@@ -21,15 +21,26 @@ def _objects(api_client):
     return client.CustomObjectsApi(api_client)
 
 
+class ClaimNotFound(LookupError):
+    """The claim does not exist (any more)."""
+
+
 class KubeClaims:
     """ClaimSource over the API: one GET per claim the kubelet asks to prepare (a quorum read, so an
-    allocation written a moment ago is seen)."""
+    allocation written a moment ago is seen). A claim that does not exist raises ClaimNotFound."""
 
     def __init__(self, api_client) -> None:
         self.api = _objects(api_client)
 
     def __call__(self, namespace: str, name: str) -> Mapping:
-        return self.api.get_namespaced_custom_object(GROUP, VERSION, namespace, "resourceclaims", name)
+        from kubernetes.client.rest import ApiException
+
+        try:
+            return self.api.get_namespaced_custom_object(GROUP, VERSION, namespace, "resourceclaims", name)
+        except ApiException as e:
+            if e.status == 404:
+                raise ClaimNotFound(f"resourceclaim {namespace}/{name} not found") from None
+            raise
 
 
 def _same(a: Mapping, b: Mapping) -> bool:

@@ -66,6 +66,33 @@ class DriverState:
     def __post_init__(self) -> None:
         self.lock = threading.Lock()
 
+    def forget_gone_claims(self) -> list[str]:
+        """Drop the prepared claims that no longer exist in the API (deleted, or deleted and made again under
+        another UID), with their CDI specs; returns their names. Such an entry is what a node torn down without
+        NodeUnprepareResources leaves (the kubelet's own state wiped, or its pods deleted with the driver):
+        counted on, it would hold its share of the GPU forever. Safe: a claim in use cannot be deleted (its
+        delete-protection finalizer stays until no pod reserves it), so a missing claim has no container left.
+        Claims the API cannot be asked about now are kept."""
+        gone = []
+        for uid, prepared in list(self.checkpoint.claims.items()):
+            ref = prepared.ref
+            try:
+                current = self.claims(ref.namespace, ref.name)
+            except LookupError:
+                current = None
+            except Exception as err:  # the API unreachable: keep it, the kubelet will unprepare it
+                log.warning("cannot check prepared claim %s/%s: %s", ref.namespace, ref.name, err)
+                continue
+            if current is not None and (current.get("metadata") or {}).get("uid") == uid:
+                continue
+            with self.lock:
+                remove_cdi_spec(self.cdi_dir, uid)
+                self.checkpoint.claims.pop(uid, None)
+                self.checkpoint.save()
+            gone.append(f"{ref.namespace}/{ref.name}")
+            log.info("forgot prepared claim %s/%s (%s): it no longer exists", ref.namespace, ref.name, uid)
+        return gone
+
 
 class DRAService(dra_pb2_grpc.DRAPluginServicer):
     def __init__(self, state: DriverState) -> None:

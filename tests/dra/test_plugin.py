@@ -308,3 +308,29 @@ def test_a_share_id_handed_out_twice_is_refused(driver, claims):
     resp = kubelet.prepare(second).claims["uid-2"]
     assert "share share-uid-1 is handed out twice" in resp.error and not resp.devices
     assert not os.path.exists(cdi_spec_path(f"{short_dir}/cdi", "uid-2"))
+
+
+def test_a_restarted_driver_forgets_claims_that_no_longer_exist(driver, claims):
+    """A node torn down without NodeUnprepareResources (found on the real node: the drain deleted the driver's
+    pod with the others) leaves checkpoint entries whose claims are gone; the next driver drops them, and only
+    them, before the kubelet can ask, so their shares do not hold the GPU forever."""
+    start, short_dir = driver
+    plugin, kubelet = start()
+    kept = claims.add(_share("kept", "uid-kept", "8Gi", "30"))
+    deleted = claims.add(_share("deleted", "uid-deleted", "8Gi", "30"))
+    remade = claims.add(_share("remade", "uid-remade", "8Gi", "30"))
+    for ref in (kept, deleted, remade):
+        assert kubelet.prepare(ref).claims[ref[2]].error == ""
+    kubelet.close()
+    plugin.stop()
+    del claims.objects[("default", "deleted")]
+    claims.add(_share("remade", "uid-remade-2", "8Gi", "30"))  # deleted and created again: another claim
+    plugin, _ = start()
+    assert plugin.dra.state.forget_gone_claims() == ["default/deleted", "default/remade"]
+    assert set(plugin.dra.state.checkpoint.claims) == {"uid-kept"}
+    assert not os.path.exists(cdi_spec_path(f"{short_dir}/cdi", "uid-deleted"))
+    assert os.path.exists(cdi_spec_path(f"{short_dir}/cdi", "uid-kept"))
+    assert Checkpoint(os.path.join(short_dir, CHECKPOINT_NAME)).claims.keys() == {"uid-kept"}
+    claims.down = True  # the API unreachable: nothing is dropped on a guess
+    assert plugin.dra.state.forget_gone_claims() == []
+    assert set(plugin.dra.state.checkpoint.claims) == {"uid-kept"}

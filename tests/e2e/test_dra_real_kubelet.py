@@ -1,0 +1,458 @@
+"""fgpu-dra on a REAL kubelet: `helm install` of charts/fgpu with `dra.enabled` onto `make cluster-up`'s cluster
+(devcluster.cluster: control plane with controller-manager and kube-scheduler, kube-proxy, one real node with
+containerd 2.x and a kubelet 1.37), the driver as the chart's DaemonSet pod beside the node daemon.
+
+- fgpu-dra registers with the kubelet (GetInfo, v1.DRAPlugin) and publishes the node's ResourceSlices;
+- a pod with a ResourceClaimTemplate for 8Gi and 30% SM: the controller-manager makes the claim,
+  kube-scheduler's DRA plugin allocates it, the kubelet calls NodePrepareResources, containerd injects the
+  CDI spec, and the workload in the container runs against the daemon pod with 8Gi and 30% enforced (its SMs
+  and throughput; a pod allocating past its 8Gi is refused by the daemon);
+- a second such share on the same GPU; a third that does not fit stays Pending with kube-scheduler's reason;
+- a MIG-profile claim and a whole-GPU claim run their workloads;
+- a kubelet restart and a driver restart lose nothing (containers keep running, claims stay prepared), and
+  after both, deleting a pod unprepares (CDI spec and checkpoint entry gone, the daemon's context closed):
+  the Pending third share then runs in the room it left;
+- claims whose status was written by hand (over-committing the GPU, or consuming more than they request)
+  get nothing: NodePrepareResources refuses them and their pods never start;
+- `helm upgrade --set dra.allocator=fgpu-scheduler`: fgpu allocates a fgpu-scheduler pod's claim, and the
+  real kubelet prepares it beside kube-scheduler's.
+
+Timings (claim creation to Running, the driver's prepare latency) are printed at the end; docs/dra.md quotes
+them. Needs root, FGPU_NODE, FGPU_IMAGE and FGPU_TESTBIN (`make test` sets all).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from polling import wait_for
+from test_chart_node import first_report, predicted_it_per_s, reports, visible_sms
+
+from devcluster import install
+from devcluster.cluster import NODE_NAME, Cluster
+from devcluster.kubeplane import ComponentError
+from devcluster.node import KUBELET_PLUGIN_DIRS, NodeSetupError, node_dir
+from deviceplugin.dra.devices import node_devices
+from deviceplugin.dra.state import CHECKPOINT_NAME, cdi_spec_path
+from fgpu_contracts import dra as names
+from simgpu.nodeconfig import parse_node_config
+
+pytestmark = pytest.mark.e2e
+REPO = Path(__file__).resolve().parents[2]
+VALUES = [REPO / "deploy" / "values" / "devcluster.yaml", REPO / "deploy" / "values" / "devcluster-dra.yaml"]
+NS = "default"
+CDI_DIR = "/var/run/cdi"  # the chart's dra.cdiHostPath, one of containerd's cdi_spec_dirs (hack/node-setup.sh)
+STATE_DIR = Path("/var/lib/fgpu")  # the chart's node.stateHostPath: fgpu-dra's checkpoint
+GROUP, VERSION = "resource.k8s.io", "v1"
+GIB = 1 << 30
+TIMINGS: dict[str, float] = {}
+PREPARED = re.compile(r"prepared (\S+)/(\S+) in ([\d.]+) ms")
+
+
+def _require(raw: str | None, what: str) -> str:
+    if raw:
+        return raw
+    problem = f"{what} is not set (`make test` sets it)"
+    if os.environ.get("FGPU_REQUIRE_E2E") == "1":
+        pytest.fail(problem + " (FGPU_REQUIRE_E2E=1: e2e tests may not skip)", pytrace=False)
+    pytest.skip(problem)
+
+
+def pool_config() -> dict:
+    (pool,) = yaml.safe_load(VALUES[1].read_text())["nodePools"]
+    return pool["config"]
+
+
+@pytest.fixture(scope="module")
+def cluster(testbin, tmp_path_factory):
+    archive = Path(_require(os.environ.get("FGPU_IMAGE"), "FGPU_IMAGE (hack/image-nodocker.sh's archive)"))
+    try:
+        directory = node_dir(_require(os.environ.get("FGPU_NODE"), "FGPU_NODE"))
+    except NodeSetupError as e:
+        pytest.fail(str(e), pytrace=False)
+    made = {p: p.exists() for p in (Path("/run/fgpu"), STATE_DIR, Path(CDI_DIR))}
+    c = Cluster(testbin, directory, tmp_path_factory.mktemp("cluster"), kwok_nodes=0)
+    t = time.monotonic()
+    try:
+        c.up(archive)
+    except ComponentError as e:
+        tails = c.node.log_tails() if c.node.components else ""
+        c.stop()
+        pytest.fail(f"the cluster did not come up: {e}\n{tails}", pytrace=False)
+    TIMINGS["cluster_up_s"] = round(time.monotonic() - t, 1)
+    yield c
+    c.stop()
+    assert c.node.leftovers() == []
+    for path, existed in made.items():  # the chart's host dirs (DaemonSet hostPath DirectoryOrCreate)
+        if not existed:
+            shutil.rmtree(path, ignore_errors=True)
+    print("timings:", json.dumps(TIMINGS))
+
+
+@pytest.fixture(scope="module")
+def target(cluster):
+    return install.Target(kubeconfig=cluster.kubeconfig, helm=str(cluster.plane.testbin / "helm"))
+
+
+@pytest.fixture(scope="module")
+def api(cluster):
+    with cluster.plane.api() as a:
+        yield a
+
+
+@pytest.fixture(scope="module")
+def core(api):
+    from kubernetes import client
+
+    return client.CoreV1Api(api)
+
+
+@pytest.fixture(scope="module")
+def objs(api):
+    from kubernetes import client
+
+    return client.CustomObjectsApi(api)
+
+
+# ---- helpers -------------------------------------------------------------------------------------------------
+def _pod(core, name: str) -> dict:
+    return json.loads(core.read_namespaced_pod(name, NS, _preload_content=False).data)
+
+
+def template(name: str, cls: str, capacity: dict | None = None) -> dict:
+    exactly = {"deviceClassName": cls, **({"capacity": {"requests": capacity}} if capacity else {})}
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceClaimTemplate", "metadata": {"name": name},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}}}
+
+
+TEMPLATES = {
+    "share-30": template("share-30", names.CLASS_SHARE, {names.CAP_MEMORY: "8Gi", names.CAP_SM_SHARE: "30"}),
+    "share-10": template("share-10", names.CLASS_SHARE, {names.CAP_MEMORY: "8Gi", names.CAP_SM_SHARE: "10"}),
+    "share-50": template("share-50", names.CLASS_SHARE, {names.CAP_MEMORY: "8Gi", names.CAP_SM_SHARE: "50"}),
+    "mig-1g": template("mig-1g", names.mig_class("1g.10gb")),
+    "whole": template("whole", names.CLASS_GPU),
+}
+WORKLOAD = ["simgpu", "run", "--workload", "resnet", "--duration", "900", "--report-every", "1", "--json"]
+
+
+def claim_pod(name: str, claim: dict, command: list[str] | None = None, scheduler: str | None = None,
+              node: str | None = None) -> dict:
+    """A user's pod with one ResourceClaim (`claim`: resourceClaimTemplateName or resourceClaimName)."""
+    spec = {"restartPolicy": "Never", "terminationGracePeriodSeconds": 5,
+            "resourceClaims": [{"name": "gpu", **claim}],
+            "containers": [{"name": "main", "image": "fgpu:dev", "imagePullPolicy": "Never",
+                            "command": command or WORKLOAD,
+                            "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}, "claims": [{"name": "gpu"}]}}]}
+    if scheduler:
+        spec["schedulerName"] = scheduler
+    if node:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def running(core, name: str, timeout: float = 120) -> dict:
+    def state():
+        pod = _pod(core, name)
+        return pod["spec"].get("nodeName"), pod["status"].get("phase"), pod["status"].get("conditions"), [
+            s.get("state") for s in pod["status"].get("containerStatuses") or []], events(core, name)
+
+    return wait_for(lambda: (p := _pod(core, name))["status"].get("phase") == "Running" and p, timeout,
+                    f"pod {name} Running", interval=0.3, show=state)
+
+
+def events(core, name: str) -> list[str]:
+    return [f"{e.reason}: {e.message}" for e in core.list_namespaced_event(
+        NS, field_selector=f"involvedObject.name={name},involvedObject.kind=Pod").items]
+
+
+def claim_of(core, objs, pod_name: str) -> dict:
+    def named():
+        statuses = _pod(core, pod_name)["status"].get("resourceClaimStatuses") or []
+        return statuses and statuses[0].get("resourceClaimName")
+
+    name = wait_for(named, 30, f"{pod_name}'s claim made from its template")
+    return objs.get_namespaced_custom_object(GROUP, VERSION, NS, "resourceclaims", name)
+
+
+def results(claim: dict) -> list[dict]:
+    return claim["status"]["allocation"]["devices"]["results"]
+
+
+def checkpoint() -> dict:
+    path = STATE_DIR / CHECKPOINT_NAME
+    return json.loads(path.read_text())["claims"] if path.exists() else {}
+
+
+def driver_pod(core, target) -> dict:
+    (pod,) = [p for p in install.release_pods(core, target)
+              if any(c["name"] == install.DRA_CONTAINER for c in p["spec"]["containers"])
+              and p["metadata"].get("deletionTimestamp") is None]
+    return pod
+
+
+def driver_log(core, target, previous: bool = False) -> str:
+    pod = driver_pod(core, target)
+    return core.read_namespaced_pod_log(pod["metadata"]["name"], target.namespace, container=install.DRA_CONTAINER,
+                                        previous=previous)
+
+
+def prepare_ms(core, target, claim: str) -> float:
+    found = [float(m.group(3)) for m in PREPARED.finditer(driver_log(core, target)) if m.group(2) == claim]
+    assert found, f"no 'prepared {NS}/{claim}' line in fgpu-dra's log"
+    return found[0]
+
+
+def daemon_metrics(core, target) -> str:
+    (pod,) = [p for p in install.release_pods(core, target)
+              if p["metadata"]["labels"].get("app.kubernetes.io/component") == "node"
+              and p["metadata"].get("deletionTimestamp") is None]
+    with urllib.request.urlopen(f"http://{pod['status']['podIP']}:9400/metrics", timeout=10) as resp:
+        return resp.read().decode()
+
+
+def delete(core, *pods: str) -> None:
+    from kubernetes.client.rest import ApiException
+
+    for name in pods:
+        try:
+            core.delete_namespaced_pod(name, NS, grace_period_seconds=1)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    def gone(name):
+        try:
+            core.read_namespaced_pod(name, NS)
+        except ApiException:
+            return True
+        return False
+
+    wait_for(lambda: all(gone(n) for n in pods), 90, f"pods {', '.join(pods)} gone")
+
+
+def create_and_time(core, name: str, body: dict, key: str) -> dict:
+    t0 = time.monotonic()
+    core.create_namespaced_pod(NS, body)
+    pod = running(core, name)
+    TIMINGS[key] = round(time.monotonic() - t0, 2)
+    return pod
+
+
+# ---- 1. the chart's driver on the real kubelet ----------------------------------------------------------------
+def test_helm_install_with_dra_registers_the_driver_with_the_real_kubelet(cluster, target, core, objs):
+    t = time.monotonic()
+    install.install(target, VALUES, [], "fgpu:dev")
+    found = install.check(target, say=print)
+    TIMINGS["install_to_ready_s"] = round(time.monotonic() - t, 1)
+    devices = node_devices(parse_node_config(pool_config()), NODE_NAME)
+    assert found["dra"] == {NODE_NAME: len(devices.devices)}
+    assert found["resources"] == {}  # no device plugin on a DRA pool: the node advertises no nvidia.com/gpu
+    # the kubelet found the registration socket in its plugins_registry (bound to the standard path)
+    assert (KUBELET_PLUGIN_DIRS["plugins_registry"] / f"{names.DRIVER}-reg.sock").is_socket()
+    slices = objs.list_cluster_custom_object(GROUP, VERSION, "resourceslices",
+                                             field_selector=f"spec.nodeName={NODE_NAME}")["items"]
+    published = {d["name"] for s in slices for d in s["spec"].get("devices") or []}
+    assert published == {d.name for d in devices.devices}
+    for body in TEMPLATES.values():
+        objs.create_namespaced_custom_object(GROUP, VERSION, NS, "resourceclaimtemplates", body)
+
+
+# ---- 2. 8Gi and 30% as a ResourceClaim ---------------------------------------------------------------------------
+def test_a_share_claim_is_allocated_prepared_and_enforced(core, objs, target):
+    create_and_time(core, "share-a", claim_pod("share-a", {"resourceClaimTemplateName": "share-30"}),
+                    "share_claim_to_running_s")
+    claim = claim_of(core, objs, "share-a")
+    (result,) = results(claim)
+    assert result["device"] == "gpu-0-shared" and result["pool"] == NODE_NAME and result["shareID"]
+    assert result["consumedCapacity"] == {names.CAP_MEMORY: "8Gi", names.CAP_SM_SHARE: "30"}
+    TIMINGS["prepare_ms"] = prepare_ms(core, target, claim["metadata"]["name"])
+    uid = claim["metadata"]["uid"]
+    assert os.path.exists(cdi_spec_path(CDI_DIR, uid)) and uid in checkpoint()
+    log, _ = first_report(core, "share-a")
+    assert "A100-SXM4-80GB" in log and "quota 8192 MiB" in log, log
+    sms = visible_sms(log)
+    assert sms == 33, log  # 30% of the A100's 108 SMs, rounded up to whole SMs
+    solo = predicted_it_per_s("A100-80GB", sms)
+    report = wait_for(lambda: next((r for r in reports(core, "share-a") if r["virtual_s"] >= 10), None), 60,
+                      "share-a's report after 10 emulated seconds")
+    TIMINGS["share_a_of_predicted_share"] = round(report["it_per_s"] / (0.3 * solo), 3)
+    assert 0 < report["it_per_s"] < 0.5 * solo, (report, solo)  # the SM cap holds
+
+
+def test_allocating_past_the_claims_memory_is_refused(core):
+    core.create_namespaced_pod(NS, claim_pod("greedy", {"resourceClaimTemplateName": "share-10"}, command=[
+        "simgpu", "run", "--workload", "memory", "--mem", "9Gi", "--iterations", "1"]))
+    pod = wait_for(lambda: (p := _pod(core, "greedy"))["status"].get("phase") in ("Failed", "Succeeded") and p,
+                   120, "greedy to finish", interval=0.5)
+    log = core.read_namespaced_pod_log("greedy", NS, container="main")
+    assert pod["status"]["phase"] == "Failed", log
+    assert "quota" in log.lower() and "8192" in log.replace(",", "") and "Traceback" not in log, log
+    delete(core, "greedy")
+
+
+# ---- 3. two shares on one GPU, a third left Pending ----------------------------------------------------------------
+def test_a_second_share_joins_the_gpu_and_a_third_stays_pending(core, objs):
+    create_and_time(core, "share-b", claim_pod("share-b", {"resourceClaimTemplateName": "share-30"}),
+                    "second_share_to_running_s")
+    a, b = (results(claim_of(core, objs, n))[0] for n in ("share-a", "share-b"))
+    assert a["device"] == b["device"] == "gpu-0-shared" and a["shareID"] != b["shareID"]
+    _, report = first_report(core, "share-b")
+    assert report["iterations"] > 0
+    core.create_namespaced_pod(NS, claim_pod("share-c", {"resourceClaimTemplateName": "share-50"}))
+
+    def unschedulable():
+        conds = {c["type"]: c for c in _pod(core, "share-c")["status"].get("conditions") or []}
+        cond = conds.get("PodScheduled", {})
+        return cond.get("reason") == "Unschedulable" and cond
+
+    cond = wait_for(unschedulable, 60, "share-c reported Unschedulable by kube-scheduler")
+    # kube-scheduler's DynamicResources plugin, in its own words: 30% + 30% + 50% is past the GPU's 100%
+    assert cond["message"] == "0/1 nodes are available: 1 cannot allocate all claims. " \
+                              "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.", cond
+    assert _pod(core, "share-c")["status"]["phase"] == "Pending"
+
+
+# ---- 4. a MIG instance and a whole GPU ------------------------------------------------------------------------------
+def test_a_mig_claim_and_a_whole_gpu_claim_run_their_workloads(core, objs):
+    core.create_namespaced_pod(NS, claim_pod("mig", {"resourceClaimTemplateName": "mig-1g"}))
+    core.create_namespaced_pod(NS, claim_pod("whole", {"resourceClaimTemplateName": "whole"}))
+    for name in ("mig", "whole"):
+        running(core, name)
+    (mig,) = results(claim_of(core, objs, "mig"))
+    (whole,) = results(claim_of(core, objs, "whole"))
+    assert mig["device"].startswith("gpu-2-mig-1g-10gb-") and whole["device"] == "gpu-1", (mig, whole)
+    mig_log, mig_report = first_report(core, "mig")
+    whole_log, whole_report = first_report(core, "whole")
+    assert "H100" in mig_log and "mig" in mig_log.lower() and mig_report["iterations"] > 0, mig_log
+    assert "L4" in whole_log and whole_report["iterations"] > 0, whole_log
+
+
+# ---- 5. restarts lose nothing; deleting a pod unprepares -----------------------------------------------------------
+def _containers(core, *pods: str) -> dict[str, tuple[str, int]]:
+    return {n: (s["containerID"], s["restartCount"]) for n in pods
+            for s in _pod(core, n)["status"]["containerStatuses"]}
+
+
+def test_kubelet_and_driver_restarts_lose_nothing_and_a_deleted_pod_is_unprepared(cluster, core, objs, target):
+    pods = ("share-a", "share-b", "mig", "whole")
+    before, prepared = _containers(core, *pods), checkpoint()
+    specs = sorted(os.listdir(CDI_DIR))
+    log = driver_log(core, target)
+    registrations = log.count(install.REGISTERED)
+    t = time.monotonic()
+    cluster.node.restart_kubelet()
+    cluster.node.wait_ready()
+    # the new kubelet finds the driver's socket in plugins_registry again and registers it
+    wait_for(lambda: driver_log(core, target).count(install.REGISTERED) > registrations, 60,
+             "the restarted kubelet to register fgpu-dra again")
+    TIMINGS["kubelet_restart_to_registered_s"] = round(time.monotonic() - t, 1)
+    n = len(reports(core, "share-a"))
+    wait_for(lambda: len(reports(core, "share-a")) > n, 30, "share-a to keep reporting")
+    assert _containers(core, *pods) == before and checkpoint() == prepared
+
+    # the driver restarted in place (its container killed; the kubelet starts it again)
+    pod = driver_pod(core, target)
+    (status,) = [s for s in pod["status"]["containerStatuses"] if s["name"] == install.DRA_CONTAINER]
+    cluster.node.ctr("tasks", "kill", "-s", "SIGKILL", status["containerID"].split("://")[1])
+
+    def restarted():
+        p = driver_pod(core, target)
+        (s,) = [s for s in p["status"]["containerStatuses"] if s["name"] == install.DRA_CONTAINER]
+        return s["restartCount"] > status["restartCount"] and s.get("ready") and install.REGISTERED in \
+            driver_log(core, target)
+
+    wait_for(restarted, 90, "fgpu-dra restarted and registered again")
+    assert _containers(core, *pods) == before and checkpoint() == prepared
+    assert sorted(os.listdir(CDI_DIR)) == specs
+
+    # after both restarts, deleting share-b unprepares it: the restarted driver removes its CDI spec and
+    # checkpoint entry, the daemon's context for it closes, and the Pending share-c fits in the room it left
+    b = claim_of(core, objs, "share-b")["metadata"]["uid"]
+    delete(core, "share-b")
+    wait_for(lambda: b not in checkpoint() and not os.path.exists(cdi_spec_path(CDI_DIR, b)), 30,
+             "share-b's claim unprepared")
+    wait_for(lambda: 'pod="share-b"' not in daemon_metrics(core, target), 30, "the daemon's context for share-b closed")
+    running(core, "share-c", timeout=90)
+    (c,) = results(claim_of(core, objs, "share-c"))
+    assert c["device"] == "gpu-0-shared"
+    _, report = first_report(core, "share-c")
+    assert report["iterations"] > 0
+
+
+# ---- 6. claims written by hand get nothing -------------------------------------------------------------------------
+def _forge(core, objs, name: str, asked: dict, consumed: dict) -> str:
+    """A claim and a pod bound to the node by hand, the claim's status.allocation and reservedFor written by
+    hand (no scheduler): what an edited status or a second allocator looks like to the kubelet."""
+    claim = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceClaim", "metadata": {"name": name},
+             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                 "deviceClassName": names.CLASS_SHARE, "capacity": {"requests": asked}}}]}}}
+    objs.create_namespaced_custom_object(GROUP, VERSION, NS, "resourceclaims", claim)
+    pod = core.create_namespaced_pod(NS, claim_pod(name, {"resourceClaimName": name}, node=NODE_NAME))
+    stored = objs.get_namespaced_custom_object(GROUP, VERSION, NS, "resourceclaims", name)
+    stored["status"] = {
+        "allocation": {"devices": {"results": [{
+            "request": "gpu", "driver": names.DRIVER, "pool": NODE_NAME, "device": "gpu-0-shared",
+            "shareID": str(uuid.uuid4()), "consumedCapacity": consumed}]},
+            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                {"key": "metadata.name", "operator": "In", "values": [NODE_NAME]}]}]}},
+        "reservedFor": [{"resource": "pods", "name": name, "uid": pod.metadata.uid}]}
+    objs.replace_namespaced_custom_object_status(GROUP, VERSION, NS, "resourceclaims", name, stored)
+    return stored["metadata"]["uid"]
+
+
+@pytest.mark.parametrize(("name", "asked", "consumed", "refusal"), [
+    # share-a 30% + share-c 50% hold the GPU; a consistent 30% more over-commits it
+    ("forged-over", {names.CAP_MEMORY: "8Gi", names.CAP_SM_SHARE: "30"},
+     {names.CAP_MEMORY: "8Gi", names.CAP_SM_SHARE: "30"}, "over-commits this node: device gpu-0-shared"),
+    # 15% would fit, but the claim asks for 10%: its status was edited
+    ("forged-big", {names.CAP_MEMORY: "8Gi", names.CAP_SM_SHARE: "10"},
+     {names.CAP_MEMORY: "8Gi", names.CAP_SM_SHARE: "15"}, "is more than its request 'gpu' asks (10)"),
+])
+def test_a_claim_written_by_hand_gets_nothing(core, objs, name, asked, consumed, refusal):
+    uid = _forge(core, objs, name, asked, consumed)
+    found = wait_for(lambda: [e for e in events(core, name) if refusal in e], 60,
+                     f"the kubelet's event with fgpu-dra's refusal of {name}", show=lambda: events(core, name))
+    assert "FailedPrepareDynamicResources" in found[0], found
+    pod = _pod(core, name)
+    assert pod["status"].get("phase") == "Pending" and not any(
+        "running" in (s.get("state") or {}) for s in pod["status"].get("containerStatuses") or []), pod["status"]
+    assert uid not in checkpoint() and not os.path.exists(cdi_spec_path(CDI_DIR, uid))
+    delete(core, name)
+    objs.delete_namespaced_custom_object(GROUP, VERSION, NS, "resourceclaims", name)
+
+
+# ---- fgpu's own allocator on the real node ----------------------------------------------------------------------------
+def test_fgpu_scheduler_allocates_a_claim_the_real_kubelet_prepares(cluster, target, core, objs):
+    from fgpu_operator.inspect.claims import claim_violations
+
+    t = time.monotonic()
+    install.install(target, VALUES, ["dra.allocator=fgpu-scheduler"], "fgpu:dev")
+    install.check(target, say=print)
+    TIMINGS["upgrade_to_fgpu_allocator_s"] = round(time.monotonic() - t, 1)
+    create_and_time(core, "fgpu-share", claim_pod("fgpu-share", {"resourceClaimTemplateName": "share-10"},
+                                                  scheduler="fgpu-scheduler"), "fgpu_claim_to_running_s")
+    claim = claim_of(core, objs, "fgpu-share")
+    (result,) = results(claim)
+    # beside kube-scheduler's shares (30% + 50%): fgpu's model counted them
+    assert result["device"] == "gpu-0-shared" and result["consumedCapacity"][names.CAP_SM_SHARE] == "10"
+    log, report = first_report(core, "fgpu-share")
+    assert "quota 8192 MiB" in log and report["iterations"] > 0, log
+    slices = objs.list_cluster_custom_object(GROUP, VERSION, "resourceslices")["items"]
+    claims = objs.list_namespaced_custom_object(GROUP, VERSION, NS, "resourceclaims")["items"]
+    pods = json.loads(core.list_namespaced_pod(NS, _preload_content=False).data)["items"]
+    # kube-scheduler's older claims on a pool fgpu now owns are reported; the GPU is never over-committed
+    assert not [v for v in claim_violations(slices, claims, pods) if "fgpu-share" in v or "over" in v]
+    delete(core, "share-a", "share-c", "mig", "whole", "fgpu-share")
+    wait_for(lambda: checkpoint() == {} and not [f for f in os.listdir(CDI_DIR) if f.startswith("fgpu.io-gpu_")],
+             60, "every claim unprepared")
+    install.uninstall(target)
+    wait_for(lambda: not install.release_pods(core, target), 120, "the chart's pods gone")
+    print("timings:", json.dumps(TIMINGS))
