@@ -17,7 +17,6 @@ Needs root, FGPU_NODE (hack/node-setup.sh), FGPU_IMAGE (hack/image-nodocker.sh's
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -26,13 +25,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cluster_support import chart_cluster
 from polling import wait_for
 
 from devcluster import install
-from devcluster.cluster import NODE_NAME, Cluster
+from devcluster.cluster import NODE_NAME
 from devcluster.fgpu import FGPU
-from devcluster.kubeplane import ComponentError, free_port
-from devcluster.node import NodeSetupError, node_dir
+from devcluster.kubeplane import free_port
 from devcluster.prometheus import pod_scrape_configs, start_prometheus
 from fgpu_contracts import keys
 
@@ -44,40 +43,9 @@ SOCKET_HOST_PATH = Path("/run/fgpu/daemon.sock")  # the chart's node.socketHostP
 TIMINGS: dict[str, float] = {}  # printed at the end: the numbers the closing note reports
 
 
-def _require(raw: str | None, what: str) -> str:
-    if raw:
-        return raw
-    problem = f"{what} is not set (`make test` sets it)"
-    if os.environ.get("FGPU_REQUIRE_E2E") == "1":
-        pytest.fail(problem + " (FGPU_REQUIRE_E2E=1: e2e tests may not skip)", pytrace=False)
-    pytest.skip(problem)
-
-
 @pytest.fixture(scope="module")
 def cluster(testbin, tmp_path_factory):
-    archive = Path(_require(os.environ.get("FGPU_IMAGE"), "FGPU_IMAGE (hack/image-nodocker.sh's archive)"))
-    try:
-        directory = node_dir(_require(os.environ.get("FGPU_NODE"), "FGPU_NODE"))
-    except NodeSetupError as e:
-        pytest.fail(str(e), pytrace=False)
-    made = {p: p.exists() for p in (Path("/run/fgpu"), Path("/var/lib/fgpu"))}
-    c = Cluster(testbin, directory, tmp_path_factory.mktemp("cluster"), kwok_nodes=1)
-    t = time.monotonic()
-    try:
-        c.up(archive)
-    except ComponentError as e:
-        tails = c.node.log_tails() if c.node.components else ""
-        c.stop()
-        pytest.fail(f"the cluster did not come up: {e}\n{tails}", pytrace=False)
-    TIMINGS["cluster_up_s"] = round(time.monotonic() - t, 1)
-    TIMINGS.update(c.timings)
-    yield c
-    c.stop()
-    assert c.node.leftovers() == []
-    for path, existed in made.items():  # the chart's host dirs (DaemonSet hostPath DirectoryOrCreate)
-        if not existed:
-            shutil.rmtree(path, ignore_errors=True)
-    print("timings:", json.dumps(TIMINGS))
+    yield from chart_cluster(testbin, tmp_path_factory, 1, (Path("/run/fgpu"), Path("/var/lib/fgpu")), TIMINGS)
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import time
 import urllib.request
 import uuid
@@ -33,17 +32,19 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cluster_support import chart_cluster
 from polling import wait_for
-from test_chart_node import first_report, predicted_it_per_s, reports, visible_sms
+from test_chart_node import _pod, delete, first_report, predicted_it_per_s, reports, visible_sms
 
 from devcluster import install
-from devcluster.cluster import NODE_NAME, Cluster
-from devcluster.kubeplane import ComponentError
-from devcluster.node import KUBELET_PLUGIN_DIRS, NodeSetupError, node_dir
+from devcluster.cluster import NODE_NAME
+from devcluster.node import KUBELET_PLUGIN_DIRS
 from deviceplugin.dra.devices import node_devices
 from deviceplugin.dra.state import CHECKPOINT_NAME, cdi_spec_path
 from fgpu_contracts import dra as names
+from simgpu import env
 from simgpu.nodeconfig import parse_node_config
+from simgpu.token import verify_token
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
@@ -57,15 +58,6 @@ TIMINGS: dict[str, float] = {}
 PREPARED = re.compile(r"prepared (\S+)/(\S+) in ([\d.]+) ms")
 
 
-def _require(raw: str | None, what: str) -> str:
-    if raw:
-        return raw
-    problem = f"{what} is not set (`make test` sets it)"
-    if os.environ.get("FGPU_REQUIRE_E2E") == "1":
-        pytest.fail(problem + " (FGPU_REQUIRE_E2E=1: e2e tests may not skip)", pytrace=False)
-    pytest.skip(problem)
-
-
 def pool_config() -> dict:
     (pool,) = yaml.safe_load(VALUES[1].read_text())["nodePools"]
     return pool["config"]
@@ -73,28 +65,7 @@ def pool_config() -> dict:
 
 @pytest.fixture(scope="module")
 def cluster(testbin, tmp_path_factory):
-    archive = Path(_require(os.environ.get("FGPU_IMAGE"), "FGPU_IMAGE (hack/image-nodocker.sh's archive)"))
-    try:
-        directory = node_dir(_require(os.environ.get("FGPU_NODE"), "FGPU_NODE"))
-    except NodeSetupError as e:
-        pytest.fail(str(e), pytrace=False)
-    made = {p: p.exists() for p in (Path("/run/fgpu"), STATE_DIR, Path(CDI_DIR))}
-    c = Cluster(testbin, directory, tmp_path_factory.mktemp("cluster"), kwok_nodes=0)
-    t = time.monotonic()
-    try:
-        c.up(archive)
-    except ComponentError as e:
-        tails = c.node.log_tails() if c.node.components else ""
-        c.stop()
-        pytest.fail(f"the cluster did not come up: {e}\n{tails}", pytrace=False)
-    TIMINGS["cluster_up_s"] = round(time.monotonic() - t, 1)
-    yield c
-    c.stop()
-    assert c.node.leftovers() == []
-    for path, existed in made.items():  # the chart's host dirs (DaemonSet hostPath DirectoryOrCreate)
-        if not existed:
-            shutil.rmtree(path, ignore_errors=True)
-    print("timings:", json.dumps(TIMINGS))
+    yield from chart_cluster(testbin, tmp_path_factory, 0, (Path("/run/fgpu"), STATE_DIR, Path(CDI_DIR)), TIMINGS)
 
 
 @pytest.fixture(scope="module")
@@ -123,10 +94,6 @@ def objs(api):
 
 
 # ---- helpers -------------------------------------------------------------------------------------------------
-def _pod(core, name: str) -> dict:
-    return json.loads(core.read_namespaced_pod(name, NS, _preload_content=False).data)
-
-
 def template(name: str, cls: str, capacity: dict | None = None) -> dict:
     exactly = {"deviceClassName": cls, **({"capacity": {"requests": capacity}} if capacity else {})}
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceClaimTemplate", "metadata": {"name": name},
@@ -198,10 +165,16 @@ def driver_pod(core, target) -> dict:
     return pod
 
 
-def driver_log(core, target, previous: bool = False) -> str:
+def driver_log(core, target) -> str:
+    """fgpu-dra's log ("" while the kubelet, which serves it, is down)."""
+    from kubernetes.client.rest import ApiException
+
     pod = driver_pod(core, target)
-    return core.read_namespaced_pod_log(pod["metadata"]["name"], target.namespace, container=install.DRA_CONTAINER,
-                                        previous=previous)
+    try:
+        return core.read_namespaced_pod_log(pod["metadata"]["name"], target.namespace,
+                                            container=install.DRA_CONTAINER)
+    except ApiException:
+        return ""
 
 
 def prepare_ms(core, target, claim: str) -> float:
@@ -216,26 +189,6 @@ def daemon_metrics(core, target) -> str:
               and p["metadata"].get("deletionTimestamp") is None]
     with urllib.request.urlopen(f"http://{pod['status']['podIP']}:9400/metrics", timeout=10) as resp:
         return resp.read().decode()
-
-
-def delete(core, *pods: str) -> None:
-    from kubernetes.client.rest import ApiException
-
-    for name in pods:
-        try:
-            core.delete_namespaced_pod(name, NS, grace_period_seconds=1)
-        except ApiException as e:
-            if e.status != 404:
-                raise
-
-    def gone(name):
-        try:
-            core.read_namespaced_pod(name, NS)
-        except ApiException:
-            return True
-        return False
-
-    wait_for(lambda: all(gone(n) for n in pods), 90, f"pods {', '.join(pods)} gone")
 
 
 def create_and_time(core, name: str, body: dict, key: str) -> dict:
@@ -276,11 +229,16 @@ def test_a_share_claim_is_allocated_prepared_and_enforced(core, objs, target):
     TIMINGS["prepare_ms"] = prepare_ms(core, target, claim["metadata"]["name"])
     uid = claim["metadata"]["uid"]
     assert os.path.exists(cdi_spec_path(CDI_DIR, uid)) and uid in checkpoint()
+    # the CDI spec containerd injected carries the grant: a token signed with the node's secret for 8Gi and 30%
+    with open(cdi_spec_path(CDI_DIR, uid)) as fh:
+        (device,) = json.load(fh)["devices"]
+    edits = dict(e.split("=", 1) for e in device["containerEdits"]["env"])
+    grant = verify_token((STATE_DIR / "token-secret").read_bytes(), edits[env.CONTEXT_TOKEN])
+    assert (grant.mem_limit_bytes, grant.sm_limit_pct, grant.pod_name) == (8 * GIB, 30, "share-a"), grant
     log, _ = first_report(core, "share-a")
+    # the daemon enforces it: an 8 GiB quota, and kernels time-sliced to 30% of the A100 (HAMi-core's SM limit)
     assert "A100-SXM4-80GB" in log and "quota 8192 MiB" in log, log
-    sms = visible_sms(log)
-    assert sms == 33, log  # 30% of the A100's 108 SMs, rounded up to whole SMs
-    solo = predicted_it_per_s("A100-80GB", sms)
+    solo = predicted_it_per_s("A100-80GB", visible_sms(log))
     report = wait_for(lambda: next((r for r in reports(core, "share-a") if r["virtual_s"] >= 10), None), 60,
                       "share-a's report after 10 emulated seconds")
     TIMINGS["share_a_of_predicted_share"] = round(report["it_per_s"] / (0.3 * solo), 3)
@@ -376,6 +334,7 @@ def test_kubelet_and_driver_restarts_lose_nothing_and_a_deleted_pod_is_unprepare
     # after both restarts, deleting share-b unprepares it: the restarted driver removes its CDI spec and
     # checkpoint entry, the daemon's context for it closes, and the Pending share-c fits in the room it left
     b = claim_of(core, objs, "share-b")["metadata"]["uid"]
+    assert 'pod="share-b"' in daemon_metrics(core, target)  # its context, open on the daemon
     delete(core, "share-b")
     wait_for(lambda: b not in checkpoint() and not os.path.exists(cdi_spec_path(CDI_DIR, b)), 30,
              "share-b's claim unprepared")
