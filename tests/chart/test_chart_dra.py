@@ -43,7 +43,13 @@ def test_enabled_runs_the_driver_per_pool_instead_of_the_device_plugin_or_beside
     assert {"cdi", "plugins-registry", "plugins", "socket-dir", "state"} <= mounted <= set(volumes)
     assert "device-plugins" not in volumes and "handoff-key" not in volumes
     committed = [d for d in yaml.safe_load_all((ROOT / "deploy" / "dra" / "deviceclasses.yaml").read_text()) if d]
-    assert find(objects, "DeviceClass") == committed
+    rendered = find(objects, "DeviceClass")
+    # the committed classes, with the release's labels added (as every object of the chart carries them)
+    assert [d["metadata"]["labels"]["app.kubernetes.io/instance"] for d in rendered] == ["fgpu"] * len(committed)
+    for d in rendered:
+        d["metadata"]["labels"] = {k: v for k, v in d["metadata"]["labels"].items()
+                                   if k == "app.kubernetes.io/part-of"}
+    assert rendered == committed
     rules = one(objects, "ClusterRole", "fgpu-node")["rules"]
     slices = next(r for r in rules if r["resources"] == ["resourceslices"])
     assert {"create", "update", "delete"} <= set(slices["verbs"])
