@@ -82,7 +82,7 @@ def gpu_slots(cfg: NodeConfig, gpu: GpuDevice):
         ], False
         return
     block = cfg.replicated(gpu.sharing)
-    if gpu.mig:
+    if gpu.mig_mode:  # a dynamic-MIG GPU with no instance yet advertises nothing (not a whole GPU)
         for inst in gpu.mig:
             base = GPU_RESOURCE if cfg.effective_mig_strategy == "single" else mig_resource_name(inst.profile)
             replicas = inst.replicas  # decided by the node config (sharing.timeSlicing.resources[].devices)
