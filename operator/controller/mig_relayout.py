@@ -20,9 +20,10 @@ from __future__ import annotations
 import logging
 import time
 import uuid as uuidlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from fgpu_contracts.inventory import MigChange, MigChangeReport
+from fgpu_contracts.keys import MIG_RESOURCE_PREFIX
 
 from ..objects import parse_time, pod_key, timestamp
 from ..placement import mig_changes
@@ -135,7 +136,8 @@ class MigRelayouts:
         if cluster is None or not is_relayout_candidate(cluster, core):
             return ""
         fw = live._framework(live.default_policy)
-        plan = plan_relayout(cluster, core, node_rank=fw.node_rank, frozen=self.frozen(cluster))
+        plan = plan_relayout(cluster, _without_mig_resources(core), node_rank=fw.node_rank,
+                             frozen=self.frozen(cluster))
         if isinstance(plan, NoRelayout):
             return f"No MIG re-layout helps: {plan}." if plan.considered else ""
         node = cluster.nodes[plan.node]
@@ -164,6 +166,15 @@ class MigRelayouts:
         gpus = {g.uuid: g for g in spec.gpus} if spec else {}
         return tuple(name for c in self.changes.values() if uid in c.pod_uids
                      for name in mig_changes.instance_names(c, uid, gpus[c.gpu].mig if c.gpu in gpus else ()))
+
+
+def _without_mig_resources(core):
+    """The request as the planner weighs nodes: an `nvidia.com/mig-<profile>` resource it asks is what the
+    re-layout creates (the node advertises it once applied), so no node is ruled out for lacking it yet."""
+    if core.constraints is None or not any(n.startswith(MIG_RESOURCE_PREFIX) for n, _ in core.constraints.extended):
+        return core
+    kept = tuple((n, a) for n, a in core.constraints.extended if not n.startswith(MIG_RESOURCE_PREFIX))
+    return replace(core, constraints=replace(core.constraints, extended=kept))
 
 
 def seconds_since(started: str) -> float:

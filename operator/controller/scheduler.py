@@ -472,9 +472,21 @@ class Scheduler:
                 allocation = self.live.restore(uid, core, node, (), names)
                 self._spawn(self._bind_nominated(entry, allocation))
                 continue
-            entry.message, entry.reason = "", ""
-            self.queue.push(uid, entry, entry.key)  # decided again: a failed change leaves what the GPU reports
-            self._wake.set()
+            if next_step == "bind":  # done, but the inventory does not show its instances (yet): decide again
+                entry.message, entry.reason = "", ""
+                self.queue.push(uid, entry, entry.key)
+                self._wake.set()
+                continue
+            # failed: the GPU keeps what it reports; the pod waits for capacity to change, never re-laying
+            # the same GPU in a loop (its instance in the way is one the model does not know is in use)
+            failed = next(c for c in self.mig.changes.values() if uid in c.pod_uids and c.phase == "Failed")
+            message = (f"the MIG re-layout {failed.id} of GPU {failed.gpu} on node {node} failed: {failed.message}; "
+                       "waiting for capacity to change")
+            entry.reason = "MigSlot"
+            self.parked[uid] = entry
+            if message != entry.message:
+                entry.message = message
+                self._spawn(self._explain(uid, entry.pod, message), self._explaining, uid)
 
     def _spawn(self, coro, registry: dict[str, asyncio.Task] | None = None, uid: str = "") -> asyncio.Task:
         task = asyncio.create_task(coro)

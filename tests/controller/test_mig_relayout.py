@@ -1,7 +1,7 @@
 """Dynamic MIG through the scheduler over a fake API: a 3g.40gb pod on an all-1g.10gb idle GPU waits for a
 re-layout (status.migChanges written, the destroyed instances unavailable, the new one held), and is bound to
 the real instance once the node reports Done; a busy instance in the way is named; a node's Failed report
-sends the pod back to be decided; a new leader adopts a change from the GPUNode and finishes it."""
+parks the pod with the node's reason until capacity changes; a new leader adopts a change from the GPUNode and finishes it."""
 import asyncio
 import copy
 import json
@@ -40,14 +40,16 @@ def gpunode_obj(node: str, gpus: list[GpuInfo], status: dict | None = None) -> d
 
 
 def node_obj(name: str) -> dict:
+    """A node whose kubelet advertises the all-1g layout's instances (none of the profiles asked for below)."""
     return {"metadata": {"name": name, "annotations": {}},
-            "status": {"allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"}}}
+            "status": {"allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/mig-1g.10gb": "7"}}}
 
 
 def mig_pod(name: str, profile: str = "3g.40gb") -> dict:
     req = GpuRequest(containers=[ContainerRequest(container="main", mig_profile=profile)])
     return {"metadata": {"name": name, "namespace": "ns", "uid": name, "annotations": {keys.REQUEST: dump_request(req)}},
-            "spec": {"schedulerName": keys.SCHEDULER_NAME, "containers": [{"name": "main"}]}}
+            "spec": {"schedulerName": keys.SCHEDULER_NAME, "containers": [
+                {"name": "main", "resources": {"limits": {f"nvidia.com/mig-{profile}": "1"}}}]}}
 
 
 ALL_1G = [("1g.10gb", s) for s in range(7)]
@@ -142,9 +144,16 @@ def test_a_failed_change_releases_the_hold_and_the_pod_is_decided_again():
             "id": first, "phase": "Failed", "message": "instance 1g.10gb@5 has a live context"})]))
         await asyncio.sleep(0.05)
         (row,) = s.mig.status_rows("n")
-        assert row["id"] != first and row["phase"] == "Pending"  # decided again: a new change
+        assert row["id"] == first and row["phase"] == "Failed"  # no new change in a loop
+        assert "big" in s.parked and not s.mig.in_flight()
+        (_, _, said) = [m for m in events.messages if m[0] == "big"][-1]
+        assert f"re-layout {first} of GPU GPU-n-0 on node n failed: instance 1g.10gb@5 has a live context" in said
         assert 'fgpu_mig_reconfigurations_total{result="failed"} 1.0' in s.metrics.exposition().decode()
         assert s.live.violations() == []
+        # capacity changes (a node update): it is decided again, with a new change
+        s.on_node("MODIFIED", {**node_obj("n"), "metadata": {"name": "n", "annotations": {}, "labels": {"x": "y"}}})
+        await asyncio.sleep(0.05)
+        assert s.mig.status_rows("n")[0]["id"] != first
         loop.cancel()
 
     asyncio.run(scenario())
