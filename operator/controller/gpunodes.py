@@ -9,6 +9,7 @@ its own rate-limited session, so status never competes with Bindings.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Iterable
 
@@ -93,6 +94,7 @@ class StatusWriter:
         self.interval_s = interval_s
         self.known: set[str] = set()  # GPUNodes that exist (from the watch): only those get a status
         self._conditions: dict[str, dict] = {}  # node -> the Schedulable condition last written
+        self._soon = asyncio.Event()
 
     def seen(self, name: str, exists: bool) -> None:
         if exists:
@@ -107,9 +109,15 @@ class StatusWriter:
 
     async def run(self) -> None:
         while True:
-            await asyncio.sleep(self.interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._soon.wait(), self.interval_s)
+            self._soon.clear()
             if self.is_leader():
                 await self.flush()
+
+    def soon(self) -> None:
+        """Write now rather than at the interval's end: a node waits for this status (a MIG change)."""
+        self._soon.set()
 
     async def flush(self) -> None:
         due = sorted(self.held.dirty & self.known)

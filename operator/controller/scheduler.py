@@ -95,6 +95,7 @@ class Scheduler:
         self.claims: dict[tuple[str, str], dict] = {}  # (namespace, name) -> ResourceClaim
         self.new_share_id: Callable[[], str] = lambda: str(uuidlib.uuid4())
         self.mig = MigRelayouts()  # dynamic-MIG changes in flight, and the pods waiting for them
+        self.status_soon: Callable[[], None] = lambda: None  # GPUNode status written now (StatusWriter.soon)
 
     # --- watch events (synchronous: they only update memory) ---------------------------------------------
     def on_node(self, kind: str, node: dict) -> None:
@@ -122,6 +123,7 @@ class Scheduler:
         finished, changed = self.mig.observe(name, None if kind == "DELETED" else gpunode)
         if changed:
             self.held.dirty.add(name)  # its status shows the change's phase
+            self.status_soon()
         ended = self._end_changes(finished)
         if name in self.nodes:
             self._refresh(name)
@@ -417,6 +419,7 @@ class Scheduler:
         node = changes[0].node
         log.info("pod %s: %s", pod_key(entry.pod), message)
         self._hold_instances(uid, core, node)
+        self.status_soon()
         self._tell_waiting(uid, entry, message)
 
     def _hold_for_changes(self, uid: str, entry: Pending, core) -> None:
