@@ -130,7 +130,7 @@ def test_the_daemon_re_lays_the_gpu_and_the_plugin_re_advertises_while_a_kept_in
         assert sorted((m["profile"], m["start"]) for m in done["mig"]) == \
             [("1g.10gb", 0), ("1g.10gb", 1), ("1g.10gb", 2), ("1g.10gb", 3), ("3g.40gb", 4)]
         (new,) = kubelet.wait_devices("nvidia.com/mig-3g.40gb", lambda d: len(d) == 1, timeout=10)
-        assert new.ID == mig_uuid(NODE, 0, "3g.40gb", 4)
+        assert mig_uuid(NODE, 0, "3g.40gb", 4) == new.ID
         assert len(kubelet.wait_devices("nvidia.com/mig-1g.10gb", lambda d: len(d) == 4, timeout=10)) == 4
         with DaemonClient(str(socket)) as daemon:
             assert sorted(d["profile"] for d in daemon.devices() if d["parent"]) == ["1g.10gb"] * 4 + ["3g.40gb"]
