@@ -74,6 +74,16 @@ class GpuInfo(WireModel):
     mig_dynamic: bool = False  # node config `mig: {dynamic: true}`: the operator may re-lay its idle instances
     mig_change: MigChangeReport | None = None  # the node's report on the last MIG change it was asked for
 
+    @pydantic.model_serializer(mode="wrap")
+    def _static_mig_unsaid(self, handler):
+        """A GPU without dynamic MIG is written without those fields: its document is the one plugins wrote
+        before they existed (byte for byte, so an unchanged inventory is still a no-op patch)."""
+        data = handler(self)
+        if not self.mig_dynamic and self.mig_change is None:
+            for key in ("migDynamic", "migChange", "mig_dynamic", "mig_change"):
+                data.pop(key, None)
+        return data
+
 
 class Inventory(WireModel):
     version: Literal["v1"] = "v1"
@@ -87,7 +97,8 @@ class Inventory(WireModel):
 
 
 def dump_inventory(inv: Inventory) -> str:
-    """The annotation value: compact, keys sorted, so an unchanged inventory is byte-identical (no-op patch)."""
+    """The annotation value: compact, keys sorted, so an unchanged inventory is byte-identical (no-op patch).
+    A GPU without dynamic MIG leaves its `migDynamic`/`migChange` out (GpuInfo's serializer)."""
     return json.dumps(inv.model_dump(mode="json", by_alias=True), separators=(",", ":"), sort_keys=True)
 
 

@@ -60,9 +60,9 @@ METRICS: tuple[Metric, ...] = (
        "leader saw it: the node's reconfiguration time plus the hand-shake.",
        unit="seconds", buckets=(0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120, 300)),
     _m("fgpu_mig_reconfiguration_in_progress", "gauge",
-       "1 per GPU whose dynamic-MIG change is in progress (Pending: not taken up by the node yet; Applying), "
-       "by node and GPU; the GPU's instances being re-laid are unavailable meanwhile.",
-       ("node", "device_uuid", "phase")),
+       "Per dynamic-MIG GPU: 1 while a change of its layout is in progress (Pending: not taken up by the node "
+       "yet, or Applying; its instances being re-laid are unavailable meanwhile), else 0.",
+       ("node", "device_uuid")),
     _m("fgpu_scheduler_pending_pods", "gauge",
        "Pods waiting for fgpu's scheduler by queue (active: awaiting a decision; binding: decided, Binding in "
        "flight; unschedulable: parked) and, for unschedulable, the reason of their last attempt (as in "

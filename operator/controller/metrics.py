@@ -256,7 +256,7 @@ class Snapshot:
     fragment_gpus: float
     specs: dict  # node name -> NodeSpec (frozen)
     held: dict  # node name -> the rows of each pod there (each a tuple of dicts never changed in place)
-    mig_changes: dict = field(default_factory=dict)  # (node, GPU, phase) -> 1, changes in flight
+    mig_changes: dict = field(default_factory=dict)  # (node, GPU) -> 1 while its change is in flight, else 0
 
 
 def snapshot(s) -> Snapshot:
@@ -288,8 +288,9 @@ def snapshot(s) -> Snapshot:
     # NodeAllocations keeps node -> pod uid -> rows; a shallow copy of that index (its public `rows` sorts
     # every node's rows, which costs the loop ten times as much as this)
     held = {node: tuple(pods.values()) for node, pods in s.held._by_node.items()}
-    mig = getattr(s, "mig", None)
-    changes = {(c.node, c.gpu, c.phase): 1.0 for c in mig.in_flight()} if mig is not None else {}
+    busy = {c.gpu for c in s.mig.in_flight()}
+    changes = {(name, g.uuid): float(g.uuid in busy) for name, spec in specs.items() for g in spec.gpus
+               if g.mig_dynamic}
     return Snapshot(pending, gpus, alloc, frag, fragment / MILLI, specs, held, changes)
 
 

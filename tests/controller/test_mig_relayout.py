@@ -72,9 +72,12 @@ def test_a_3g_pod_on_an_all_1g_idle_gpu_binds_to_the_new_instance_after_the_node
         api, events = FakeApi(), FakeEvents()
         s = Scheduler(LiveCluster(policy="binpack"), api, events)
         loop = asyncio.create_task(s.run())
+        s.metrics.attach(s, "replica", lambda: True)
         start(s, [layout_gpu("n", 0, ALL_1G)])
         s.on_pod("ADDED", mig_pod("big"))
         await asyncio.sleep(0.05)
+        gauge = 'fgpu_mig_reconfiguration_in_progress{device_uuid="GPU-n-0",node="n"}'
+        assert f"{gauge} 1" in s.metrics.exposition().decode()
         (change,) = s.mig.status_rows("n")
         assert change["phase"] == "Pending" and change["pods"] == ["ns/big"] and change["podUids"] == ["big"]
         assert sorted((p["profile"], p["start"]) for p in change["layout"]) == [
@@ -103,7 +106,7 @@ def test_a_3g_pod_on_an_all_1g_idle_gpu_binds_to_the_new_instance_after_the_node
         assert s.live.violations() == [] and not s.mig.in_flight()
         text = s.metrics.exposition().decode()
         assert 'fgpu_mig_reconfigurations_total{result="done"} 1.0' in text
-        assert "fgpu_mig_reconfiguration_seconds_count 1.0" in text
+        assert "fgpu_mig_reconfiguration_seconds_count 1.0" in text and f"{gauge} 0" in text
         loop.cancel()
 
     asyncio.run(scenario())
