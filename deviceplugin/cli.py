@@ -100,6 +100,12 @@ class Plugin:
         self.daemon_socket = args.daemon_socket
         self.metrics_port = args.metrics_port
         self.metrics_server = None
+        self.mig_sync = None  # dynamic MIG: applies the GPUNode's desired layouts through the daemon
+        if self.api is not None and args.daemon_socket and any(g.mig_dynamic for g in self.gpus):
+            from deviceplugin.migsync import MigSync
+
+            self.mig_sync = MigSync(self.api, self.node, args.daemon_socket, self.gpus, self._relaid, self.board.bump,
+                                    self.shared.stop)
 
     def start(self) -> None:
         if self.metrics_port:
@@ -119,8 +125,20 @@ class Plugin:
         start_health(self.daemon_socket, self.board, self.shared.stop)
         if self.api is not None:
             threading.Thread(target=self._publish_loop, name="publish", daemon=True).start()
+        if self.mig_sync is not None:
+            self.mig_sync.start()
         log.info("node %s: %s (%s)", self.node, ", ".join(f"{r.name}={len(r.slots)}" for r in self.resources),
                  "with Kubernetes API" if self.api is not None else "standalone")
+
+    def _relaid(self, gpus) -> None:
+        """A dynamic-MIG GPU's instances changed: advertise the node's devices as they are now."""
+        self.gpus = gpus
+        self.resources = discover(self.cfg, self.node, gpus)
+        self.shared.devices = node_devices(self.cfg, self.node, gpus)
+        added = self.manager.update(self.resources)
+        log.info("MIG layout changed: %s%s", ", ".join(f"{r.name}={len(r.slots)}" for r in self.resources),
+                 f" (new: {', '.join(added)})" if added else "")
+        self.board.bump()
 
     def _publish_loop(self) -> None:
         from deviceplugin.kube import KubeNode
@@ -130,7 +148,8 @@ class Plugin:
         while not self.shared.stop.is_set():
             current, health = self.board.snapshot()
             try:
-                inv = inventory(self.cfg, self.node, self.gpus, self.resources, health)
+                reports = dict(self.mig_sync.reports) if self.mig_sync is not None else {}
+                inv = inventory(self.cfg, self.node, self.gpus, self.resources, health, reports)
                 node.publish(node_labels(self.cfg, self.gpus), inventory_annotation(inv))
                 node.publish_capacity(node_level_resources(self.cfg, self.node))
             except Exception as err:

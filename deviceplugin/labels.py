@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from deviceplugin.resources import Resource, gpu_slots, node_level_resources
-from fgpu_contracts.inventory import GpuInfo, Inventory, MigDevice, dump_inventory
+from fgpu_contracts.inventory import GpuInfo, Inventory, MigChangeReport, MigDevice, dump_inventory
 from fgpu_contracts.keys import (
     EMULATED,
     GPU_RESOURCE,
@@ -120,9 +120,11 @@ def stale_labels(current: Mapping[str, str], desired: Mapping[str, str]) -> list
 
 
 def inventory(cfg: NodeConfig, node_name: str, gpus: list[GpuDevice], resources: list[Resource],
-              health: Mapping[str, Health]) -> Inventory:
-    """The node's GPUs as configured, with their health now (a MIG device is unhealthy with its GPU)."""
+              health: Mapping[str, Health], reports: Mapping[str, MigChangeReport] | None = None) -> Inventory:
+    """The node's GPUs as configured (a dynamic-MIG GPU with its layout now), with their health now (a MIG
+    device is unhealthy with its GPU) and `reports`: GPU uuid -> the node's answer to its last MIG change."""
     ok = Health()
+    reports = reports or {}
 
     def gpu_info(gpu: GpuDevice) -> GpuInfo:
         h = health.get(gpu.uuid, ok)
@@ -133,6 +135,7 @@ def inventory(cfg: NodeConfig, node_name: str, gpus: list[GpuDevice], resources:
             healthy=h.healthy, xid=h.xid, pci_bus_id=gpu.pci_bus_id or None,
             mig=tuple(MigDevice(uuid=m.uuid, profile=m.profile, start=m.start, mem_bytes=m.mem_bytes, sms=m.sms,
                                 healthy=h.healthy and health.get(m.uuid, ok).healthy) for m in gpu.mig),
+            mig_dynamic=gpu.mig_dynamic, mig_change=reports.get(gpu.uuid),
         )
 
     return Inventory(

@@ -56,12 +56,13 @@ def replica_id(uuid: str, k: int) -> str:
     return f"{uuid}{REPLICA_SEP}{k}"
 
 
-def discover(cfg: NodeConfig, node_name: str) -> list[Resource]:
-    """Every resource this node advertises, in a stable order, with its device IDs."""
+def discover(cfg: NodeConfig, node_name: str, gpus: list[GpuDevice] | None = None) -> list[Resource]:
+    """Every resource this node advertises, in a stable order, with its device IDs (`gpus`: the node's GPUs
+    as they are now, when a dynamic-MIG GPU was re-laid; default: as configured)."""
     pools: OrderedDict[str, list[Slot]] = OrderedDict()
     strict: set[str] = set()
     fractional: set[str] = set()
-    for gpu in cfg.gpu_devices(node_name):
+    for gpu in cfg.gpu_devices(node_name) if gpus is None else gpus:
         for name, slots, fail_gt_one in gpu_slots(cfg, gpu):
             pools.setdefault(name, []).extend(slots)
             if fail_gt_one:
@@ -82,7 +83,7 @@ def gpu_slots(cfg: NodeConfig, gpu: GpuDevice):
         ], False
         return
     block = cfg.replicated(gpu.sharing)
-    if gpu.mig:
+    if gpu.mig_mode:  # a dynamic-MIG GPU with no instance yet advertises nothing (not a whole GPU)
         for inst in gpu.mig:
             base = GPU_RESOURCE if cfg.effective_mig_strategy == "single" else mig_resource_name(inst.profile)
             replicas = inst.replicas  # decided by the node config (sharing.timeSlicing.resources[].devices)
@@ -116,11 +117,11 @@ def node_level_resources(cfg: NodeConfig, node_name: str) -> dict[str, int]:
     }
 
 
-def node_devices(cfg: NodeConfig, node_name: str) -> dict[str, Slot]:
+def node_devices(cfg: NodeConfig, node_name: str, gpus: list[GpuDevice] | None = None) -> dict[str, Slot]:
     """Every GPU and MIG UUID on the node, described as a whole-device slot (memory, SMs): what a fractional
     assignment may name."""
     out: dict[str, Slot] = {}
-    for gpu in cfg.gpu_devices(node_name):
+    for gpu in cfg.gpu_devices(node_name) if gpus is None else gpus:
         spec = gpu.spec
         out[gpu.uuid] = Slot(gpu.uuid, gpu.uuid, gpu.uuid, gpu.sharing, 1, spec.mem_bytes, spec.sms)
         for inst in gpu.mig:

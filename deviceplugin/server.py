@@ -70,6 +70,12 @@ class HealthBoard:
         with self._cond:
             self._cond.notify_all()
 
+    def bump(self) -> None:
+        """Something besides health changed (a MIG re-layout): every watcher sends its list again."""
+        with self._cond:
+            self.version += 1
+            self._cond.notify_all()
+
 
 class PodSource(Protocol):
     """Where fractional Allocate finds the scheduler's assignment (the Kubernetes API, or a test stub)."""
@@ -338,6 +344,32 @@ class PluginManager:
             for slot in server.resource.slots:
                 counts[slot_health(slot, health)] += 1
         return out
+
+    def update(self, resources: list[Resource]) -> list[str]:
+        """The node's devices changed (a dynamic-MIG re-layout): each server lists its resource's new devices
+        (on the next board change), a resource that is new gets a server, registered at once, and one that is
+        gone stays registered with no device (the kubelet then shows 0). Returns the new resources' names."""
+        wanted = {r.name: r for r in resources}
+        new = []
+        for server in self.servers:
+            r = wanted.pop(server.resource.name, None) or Resource(server.resource.name, ())
+            server.resource = r
+            if server.service is not None:
+                server.service.resource = r
+        for r in wanted.values():
+            server = ResourceServer(r, self.shared, self.plugin_dir)
+            server.remove_stale()
+            server.start()
+            self.servers.append(server)
+            new.append(server)
+        for server in new:
+            try:
+                server.register(self.kubelet_socket)
+            except grpc.RpcError as err:  # the kubelet-watch thread registers every server again when it returns
+                log.warning("registration of %s failed: %s", server.resource.name, _rpc_text(err))
+        if new:
+            self.shared.metrics.serving(s.resource.name for s in self.servers)
+        return [s.resource.name for s in new]
 
     def _unwritten(self) -> int:
         recorder = getattr(self.shared.pods, "recorder", None)

@@ -10,7 +10,12 @@ release, then only the GPUNode. Inventory v1 on the wire:
     {"version": "v1", "node": str, "migStrategy": str, "memoryQuota": str, "timeDilation": float,
      "resources": {name: device count}, "nodeResources": {fractional memory/cores resource: amount},
      "gpus": [{"index", "uuid", "model", "shortName", "memBytes", "sms", "sharing", "replicas",
-               "healthy", "xid", "pciBusId", "mig": [{"uuid", "profile", "start", "memBytes", "sms", "healthy"}]}]}
+               "healthy", "xid", "pciBusId", "mig": [{"uuid", "profile", "start", "memBytes", "sms", "healthy"}],
+               "migDynamic": bool, "migChange": {"id", "phase", "message"} | null}]}
+
+Dynamic MIG (docs/dynamic-mig.md) is a hand-shake on the GPUNode: the operator writes the desired layout of a
+`migDynamic` GPU in status.migChanges (one change id per GPU at a time), the node applies it and reports
+how far it got in that GPU's spec `migChange` (Applying, then Done with the new `mig` list, or Failed).
 """
 from __future__ import annotations
 
@@ -25,6 +30,11 @@ from fgpu_contracts.keys import CRD_API_VERSION, GPUNODE_KIND, INVENTORY
 from fgpu_contracts.wire import Condition, ObjectMeta, WireModel, parse_json, without_derived
 
 SharingMode = Literal["exclusive", "timeSlicing", "mps", "fractional"]
+#: How far the node got with a MIG change: Applying (instances being destroyed and created, unavailable),
+#: Done (spec.gpus[].mig is the new layout), Failed (refused or broke; `mig` says what the GPU has).
+NodeMigPhase = Literal["Applying", "Done", "Failed"]
+#: A change as the operator tracks it: Pending (written, the node has not taken it up yet), then the node's.
+MigChangePhase = Literal["Pending", "Applying", "Done", "Failed"]
 
 
 class MigDevice(WireModel):
@@ -36,6 +46,14 @@ class MigDevice(WireModel):
     mem_bytes: int = pydantic.Field(ge=1)
     sms: int = pydantic.Field(ge=1)
     healthy: bool = True
+
+
+class MigChangeReport(WireModel):
+    """The node's answer to the GPU's MIG change `id` (GPUNode status.migChanges)."""
+
+    id: str = pydantic.Field(min_length=1)
+    phase: NodeMigPhase
+    message: str = ""
 
 
 class GpuInfo(WireModel):
@@ -53,6 +71,18 @@ class GpuInfo(WireModel):
     xid: int | None = None
     mig: tuple[MigDevice, ...] = ()
     pci_bus_id: str | None = None  # "00000000:3B:00.0" (NVML's form) or "0000:3b:00.0"; None from older plugins
+    mig_dynamic: bool = False  # node config `mig: {dynamic: true}`: the operator may re-lay its idle instances
+    mig_change: MigChangeReport | None = None  # the node's report on the last MIG change it was asked for
+
+    @pydantic.model_serializer(mode="wrap")
+    def _static_mig_unsaid(self, handler):
+        """A GPU without dynamic MIG is written without those fields: its document is the one plugins wrote
+        before they existed (byte for byte, so an unchanged inventory is still a no-op patch)."""
+        data = handler(self)
+        if not self.mig_dynamic and self.mig_change is None:
+            for key in ("migDynamic", "migChange", "mig_dynamic", "mig_change"):
+                data.pop(key, None)
+        return data
 
 
 class Inventory(WireModel):
@@ -67,7 +97,8 @@ class Inventory(WireModel):
 
 
 def dump_inventory(inv: Inventory) -> str:
-    """The annotation value: compact, keys sorted, so an unchanged inventory is byte-identical (no-op patch)."""
+    """The annotation value: compact, keys sorted, so an unchanged inventory is byte-identical (no-op patch).
+    A GPU without dynamic MIG leaves its `migDynamic`/`migChange` out (GpuInfo's serializer)."""
     return json.dumps(inv.model_dump(mode="json", by_alias=True), separators=(",", ":"), sort_keys=True)
 
 
@@ -110,11 +141,36 @@ class GPUNodeSpec(Inventory):
                           models=",".join(dict.fromkeys(g.short_name for g in self.gpus)))
 
 
+class MigPlacement(WireModel):
+    """One instance of a desired layout: its profile and first memory slice."""
+
+    profile: str = pydantic.Field(min_length=1)
+    start: int = pydantic.Field(ge=0)
+
+
+class MigChange(WireModel):
+    """A desired MIG layout of one GPU, written by the operator's leader: the whole new layout (instances
+    kept and created; any other is destroyed, and only idle ones ever are), a change id the node echoes in
+    its report, the phase, when it started, and the pods (namespace/name, uid) held for its new instances."""
+
+    gpu: str = pydantic.Field(min_length=1)  # the GPU's UUID
+    id: str = pydantic.Field(min_length=1)
+    layout: tuple[MigPlacement, ...]
+    phase: MigChangePhase
+    started_time: str = pydantic.Field(min_length=1)  # RFC 3339
+    pods: tuple[str, ...] = ()  # "namespace/name" held for the new instances
+    pod_uids: tuple[str, ...] = ()
+    targets: tuple[MigPlacement, ...] = ()  # the new instances those pods take, in pod order
+    message: str = ""
+
+
 class GPUNodeStatus(WireModel):
-    """Written by the operator (the status subresource): allocations on this node's GPUs, and conditions."""
+    """Written by the operator (the status subresource): allocations on this node's GPUs, conditions, and the
+    MIG changes in progress (and the last one of each GPU)."""
 
     allocations: tuple[GpuAllocation, ...] = ()
     conditions: tuple[Condition, ...] = ()
+    mig_changes: tuple[MigChange, ...] = ()
 
     @pydantic.model_validator(mode="before")
     @classmethod

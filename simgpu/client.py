@@ -94,7 +94,8 @@ def _unreachable(socket_path: str, err: grpc.RpcError) -> SimgpuError:
 
 def device_dicts(msg: pb.DeviceList) -> list[dict[str, Any]]:
     return [{"uuid": d.uuid, "healthy": d.healthy, "xid": d.xid, "model": d.model, "parent": d.parent,
-             "profile": d.profile, "index": d.index} for d in msg.devices]
+             "profile": d.profile, "index": d.index, **({"start": d.start} if d.parent else {})}
+            for d in msg.devices]
 
 
 class Context:
@@ -299,6 +300,19 @@ class DaemonClient:
 
     def clear_fault(self, uuid: str) -> list[dict[str, Any]]:
         return device_dicts(self._unary(self._stub.ClearFault, pb.FaultRequest(uuid=uuid)))
+
+    def reconfigure(self, gpu_uuid: str, layout: list[tuple[str, int]], change_id: str = "",
+                    timeout: float | None = None) -> list[dict[str, Any]]:
+        """Re-lay a dynamic-MIG GPU (returns the device list once done). A refusal (an instance in use, a
+        change in progress, an invalid layout) is a DaemonError with the daemon's message."""
+        request = pb.ReconfigureRequest(gpu_uuid=gpu_uuid, change_id=change_id,
+                                        layout=[pb.MigPlacement(profile=p, start=s) for p, s in layout])
+        try:
+            return device_dicts(self._stub.Reconfigure(request, timeout=timeout or self.timeout + 600))
+        except grpc.RpcError as err:
+            if err.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION):
+                raise DaemonError(err.code().name, err.details()) from None
+            raise _unreachable(self.socket_path, err) from None
 
     def close(self) -> None:
         """Close every context opened through this client (freeing their memory), then the channel."""

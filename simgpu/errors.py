@@ -17,3 +17,8 @@ class OutOfMemoryError(SimgpuError):
         super().__init__(
             f"out of memory: {who} asked for {requested} bytes with {used} of its {quota}-byte quota in use"
         )
+
+
+class RelayoutRefused(SimgpuError):
+    """A dynamic-MIG change the GPU cannot take now: an instance it would destroy has a live context, or
+    another change of the GPU is in progress (a valid request at the wrong time, not bad input)."""

@@ -24,10 +24,11 @@ def fractional_inventory(node: str, count: int, *, model: str = "H100-SXM5-80GB"
 
 
 def mig_inventory(node: str, layout: list[str], *, model: str = "H100-SXM5-80GB",
-                  unhealthy: dict[str, int] | None = None) -> str:
+                  unhealthy: dict[str, int] | None = None, dynamic: bool = False) -> str:
     """One MIG-enabled GPU of `model` cut into `layout` (profile names, e.g. ["3g.40gb", "1g.10gb"]), placed
     and sized by simgpu's MIG tables; the instances are `MIG-<node>-<profile>-<start>` and each profile's
-    count is advertised as NVIDIA's mixed-strategy resource. `unhealthy` maps an instance UUID -> XID."""
+    count is advertised as NVIDIA's mixed-strategy resource. `unhealthy` maps an instance UUID -> XID; `dynamic`:
+    the GPU is `mig: {dynamic: true}` (its idle instances may be re-laid)."""
     from simgpu import mig
     from simgpu.catalog import get_gpu
 
@@ -39,7 +40,8 @@ def mig_inventory(node: str, layout: list[str], *, model: str = "H100-SXM5-80GB"
         instances.append(MigDevice(uuid=uuid, profile=place.profile, start=place.start, mem_bytes=profile.mem_bytes,
                                    sms=profile.sms, healthy=uuid not in unhealthy))
     gpu = GpuInfo(index=0, uuid=f"GPU-{node}-0", model=spec.name, short_name=spec.short_name,
-                  mem_bytes=spec.mem_bytes, sms=spec.sms, sharing="exclusive", replicas=1, mig=tuple(instances))
+                  mem_bytes=spec.mem_bytes, sms=spec.sms, sharing="exclusive", replicas=1, mig=tuple(instances),
+                  mig_dynamic=dynamic)
     resources: dict[str, int] = {}
     for m in instances:
         name = mig_resource_name(m.profile)

@@ -35,7 +35,7 @@ METRICS: tuple[Metric, ...] = (
        "capacity changes; error: the decision failed and the pod was parked) and reason: for unschedulable, "
        "the filter plug-in that rejected the most nodes (NodeUnschedulable, TaintToleration, NodeAffinity, "
        "NodeResourcesFit, GpuModel, GpuFit, SloFit, MigSlot), NoNodes, InvalidRequest (a request the core does not "
-       "place) or Other; Error for error; empty when scheduled.", ("result", "reason")),
+       "place), MigReconfiguring (waiting for a dynamic-MIG change made for it) or Other; Error for error; empty when scheduled.", ("result", "reason")),
     _m("fgpu_scheduler_binds_total", "counter",
        "Binding writes by result: ok, conflict (bound by someone else), gone (pod deleted), unavailable or "
        "failed (retried), invalid, denied, not_leader (lost the lease before writing).", ("result",)),
@@ -51,6 +51,18 @@ METRICS: tuple[Metric, ...] = (
        "From the pod's metadata.creationTimestamp (whole seconds, so up to 1 s long) to fgpu's successful "
        "Binding; pods restored after a restart or bound by another replica are not observed.",
        unit="seconds", buckets=(0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120, 300, 600)),
+    _m("fgpu_mig_reconfigurations_total", "counter",
+       "Dynamic-MIG changes of one GPU's layout (docs/dynamic-mig.md) by result: started (the leader recorded "
+       "a desired layout on the GPUNode for a MIG pod no instance held), done (the node reported it applied), "
+       "failed (the node refused or broke it).", ("result",)),
+    _m("fgpu_mig_reconfiguration_seconds", "histogram",
+       "From a dynamic-MIG change's start (written on the GPUNode) to the node's Done or Failed report, as the "
+       "leader saw it: the node's reconfiguration time plus the hand-shake.",
+       unit="seconds", buckets=(0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120, 300)),
+    _m("fgpu_mig_reconfiguration_in_progress", "gauge",
+       "Per dynamic-MIG GPU: 1 while a change of its layout is in progress (Pending: not taken up by the node "
+       "yet, or Applying; its instances being re-laid are unavailable meanwhile), else 0.",
+       ("node", "device_uuid")),
     _m("fgpu_scheduler_pending_pods", "gauge",
        "Pods waiting for fgpu's scheduler by queue (active: awaiting a decision; binding: decided, Binding in "
        "flight; unschedulable: parked) and, for unschedulable, the reason of their last attempt (as in "

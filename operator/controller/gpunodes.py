@@ -9,6 +9,7 @@ its own rate-limited session, so status never competes with Bindings.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Iterable
 
@@ -86,11 +87,14 @@ class StatusWriter:
     """Writes the marked nodes' GPUNode status every `interval_s` while this replica leads."""
 
     def __init__(self, api: ApiSession, held: NodeAllocations, spec_of: Callable[[str], NodeSpec | None],
-                 is_leader: Callable[[], bool], interval_s: float = 1.0):
+                 is_leader: Callable[[], bool], interval_s: float = 1.0,
+                 mig_changes: Callable[[str], list[dict]] = lambda name: []):
         self.api, self.held, self.spec_of, self.is_leader = api, held, spec_of, is_leader
+        self.mig_changes = mig_changes  # node -> its GPUs' dynamic-MIG changes (status.migChanges)
         self.interval_s = interval_s
         self.known: set[str] = set()  # GPUNodes that exist (from the watch): only those get a status
         self._conditions: dict[str, dict] = {}  # node -> the Schedulable condition last written
+        self._soon = asyncio.Event()
 
     def seen(self, name: str, exists: bool) -> None:
         if exists:
@@ -105,9 +109,15 @@ class StatusWriter:
 
     async def run(self) -> None:
         while True:
-            await asyncio.sleep(self.interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._soon.wait(), self.interval_s)
+            self._soon.clear()
             if self.is_leader():
                 await self.flush()
+
+    def soon(self) -> None:
+        """Write now rather than at the interval's end: a node waits for this status (a MIG change)."""
+        self._soon.set()
 
     async def flush(self) -> None:
         due = sorted(self.held.dirty & self.known)
@@ -123,7 +133,8 @@ class StatusWriter:
         since = last["lastTransitionTime"] if last and last["status"] == status else timestamp()
         condition = {"type": "Schedulable", "status": status, "reason": reason, "message": message,
                      "lastTransitionTime": since}
-        status_doc = GPUNodeStatus.model_validate({"allocations": self.held.rows(name), "conditions": [condition]})
+        status_doc = GPUNodeStatus.model_validate({"allocations": self.held.rows(name), "conditions": [condition],
+                                                   "migChanges": self.mig_changes(name)})
         body = {"status": status_doc.model_dump(mode="json", by_alias=True, exclude_none=True)}
         out = await self.api.request("PATCH", f"{PATH}/{name}/status", body=body, content_type=MERGE_PATCH)
         if out.ok:

@@ -166,7 +166,9 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
         takeover_schedulers=flags.takeover_schedulers, aliyun_memory_unit=flags.aliyun_memory_unit)
     memo.status_api = ApiSession(creds, Limits(qps=20, burst=40, max_in_flight=4))  # GPUNode/policy status
     memo.status_api.open()
-    memo.status = StatusWriter(memo.status_api, memo.scheduler.held, memo.scheduler.live.specs.get, is_leader)
+    memo.status = StatusWriter(memo.status_api, memo.scheduler.held, memo.scheduler.live.specs.get, is_leader,
+                               mig_changes=memo.scheduler.mig.status_rows)
+    memo.scheduler.status_soon = memo.status.soon  # a MIG change is written at once: its node waits for it
     memo.policy = PolicyWatch(flags, lambda spec: _apply_policy(memo, spec))
     await initial_sync(memo.api, memo.scheduler, memo.policy)
     memo.tasks = [asyncio.create_task(memo.scheduler.run(), name="fgpu-scheduler"),

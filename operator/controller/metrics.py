@@ -17,7 +17,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -41,7 +41,7 @@ CATALOGUE: dict[str, Metric] = of("operator")
 MIB = 1 << 20
 
 #: Why a pod is unschedulable, as a small fixed set: the filter plug-in (kube-scheduler's names), or one of ours.
-REASONS = (*(f.name for f in FILTERS), "NoNodes", "InvalidRequest", "Error", "Other")
+REASONS = (*(f.name for f in FILTERS), "NoNodes", "InvalidRequest", "MigReconfiguring", "Error", "Other")
 QUEUES = ("active", "binding", "unschedulable")
 SHARING = ("fractional", "exclusive", "timeSlicing", "mps", "mig")
 PLACED_MODES = ("fractional", "exclusive")  # the GPUs placement gives shares / whole GPUs of
@@ -102,6 +102,8 @@ class OperatorMetrics:
         self._admissions = _counter("fgpu_webhook_admissions_total", self.registry)
         self._events_dropped = _counter("fgpu_scheduler_events_dropped_total", self.registry)
         self._slo_holds = _counter("fgpu_scheduler_slo_holds_total", self.registry)
+        self._mig_changes = _counter("fgpu_mig_reconfigurations_total", self.registry)
+        self._mig_seconds = _histogram("fgpu_mig_reconfiguration_seconds", self.registry)
         self._children: dict[tuple, object] = {}
         # Every outcome's series exists from the start at 0: one first seen at 1 hides that increment from
         # rate() and increase(), so the first bind conflict or the first pod of a reason would never show.
@@ -115,6 +117,8 @@ class OperatorMetrics:
                 self._child(self._attempts, "unschedulable", reason)
         for change in ("held", "released"):
             self._child(self._slo_holds, change)
+        for result in ("started", "done", "failed"):
+            self._child(self._mig_changes, result)
         self.model = ModelGauges()
 
     def _child(self, metric, *labels: str):
@@ -142,6 +146,14 @@ class OperatorMetrics:
     def slo_hold(self, change: str) -> None:
         """A GPU held against low-priority shares (its protected pod measured over its SLO), or released."""
         self._child(self._slo_holds, change).inc()
+
+    def mig_started(self, gpus: int) -> None:
+        """A dynamic-MIG re-layout recorded, changing `gpus` GPUs."""
+        self._child(self._mig_changes, "started").inc(gpus)
+
+    def mig_finished(self, result: str, seconds: float) -> None:
+        self._child(self._mig_changes, result).inc()
+        self._mig_seconds.observe(seconds)
 
     def admission(self, webhook: str, outcome: str, source: str = "") -> None:
         self._child(self._admissions, webhook, outcome, source).inc()
@@ -244,6 +256,7 @@ class Snapshot:
     fragment_gpus: float
     specs: dict  # node name -> NodeSpec (frozen)
     held: dict  # node name -> the rows of each pod there (each a tuple of dicts never changed in place)
+    mig_changes: dict = field(default_factory=dict)  # (node, GPU) -> 1 while its change is in flight, else 0
 
 
 def snapshot(s) -> Snapshot:
@@ -275,7 +288,10 @@ def snapshot(s) -> Snapshot:
     # NodeAllocations keeps node -> pod uid -> rows; a shallow copy of that index (its public `rows` sorts
     # every node's rows, which costs the loop ten times as much as this)
     held = {node: tuple(pods.values()) for node, pods in s.held._by_node.items()}
-    return Snapshot(pending, gpus, alloc, frag, fragment / MILLI, specs, held)
+    busy = {c.gpu for c in s.mig.in_flight()}
+    changes = {(name, g.uuid): float(g.uuid in busy) for name, spec in specs.items() for g in spec.gpus
+               if g.mig_dynamic}
+    return Snapshot(pending, gpus, alloc, frag, fragment / MILLI, specs, held, changes)
 
 
 def cluster_samples(snap: Snapshot) -> Samples:
@@ -283,7 +299,8 @@ def cluster_samples(snap: Snapshot) -> Samples:
     return {"fgpu_scheduler_pending_pods": snap.pending, "fgpu_cluster_gpus": snap.gpus,
             "fgpu_cluster_gpu_allocation_ratio": {(): snap.allocation},
             "fgpu_cluster_gpu_fragmentation_ratio": {(): snap.fragmentation},
-            "fgpu_cluster_fragmented_gpus": {(): snap.fragment_gpus}}
+            "fgpu_cluster_fragmented_gpus": {(): snap.fragment_gpus},
+            "fgpu_mig_reconfiguration_in_progress": snap.mig_changes}
 
 
 #: a node's part of a scrape: its name, what its series follow from (its spec and each pod's rows there, by

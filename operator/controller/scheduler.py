@@ -36,6 +36,8 @@ from . import claims, translate
 from .gpunodes import NodeAllocations, allocation_rows
 from .handoff_guard import Handoff, HandoffGuard, Restore, distrust
 from .metrics import OperatorMetrics, unschedulable_reason
+from .mig_relayout import REASON as MIG_REASON
+from .mig_relayout import Finished, MigRelayouts, seconds_since
 from .preempt import Preemptions
 from .queue import ActiveQueue, sort_key
 
@@ -92,6 +94,8 @@ class Scheduler:
         self.pools: dict[str, claims.DraPool] = {}  # node -> its fgpu-dra pool
         self.claims: dict[tuple[str, str], dict] = {}  # (namespace, name) -> ResourceClaim
         self.new_share_id: Callable[[], str] = lambda: str(uuidlib.uuid4())
+        self.mig = MigRelayouts()  # dynamic-MIG changes in flight, and the pods waiting for them
+        self.status_soon: Callable[[], None] = lambda: None  # GPUNode status written now (StatusWriter.soon)
 
     # --- watch events (synchronous: they only update memory) ---------------------------------------------
     def on_node(self, kind: str, node: dict) -> None:
@@ -116,11 +120,18 @@ class Scheduler:
             self.gpunodes.pop(name, None)
         else:
             self.gpunodes[name] = gpunode.get("spec") or {}
+        finished, changed = self.mig.observe(name, None if kind == "DELETED" else gpunode)
+        if changed:
+            self.held.dirty.add(name)  # its status shows the change's phase
+            self.status_soon()
+        ended = self._end_changes(finished)
         if name in self.nodes:
             self._refresh(name)
+        self._after_changes(ended)
 
     def _refresh(self, name: str) -> None:
         spec = claims.with_pool(translate.node_spec(self.nodes[name], self.gpunodes.get(name)), self.pools.get(name))
+        spec = self.mig.overlay(spec)  # GPUs being re-laid show their desired layout
         if self.live.upsert_node(spec):
             self.retry_waiting()
 
@@ -187,6 +198,9 @@ class Scheduler:
             return
         if spec.get("schedulerName") != self.scheduler_name or meta.get("deletionTimestamp"):
             return
+        if uid in self.mig.waiting:
+            self.mig.waiting[uid][0].pod = _pending_fields(pod)
+            return
         if uid in self.binding or uid in self.live.allocations:
             return
         entry = self.parked.get(uid) or self.queue.get(uid)
@@ -204,6 +218,7 @@ class Scheduler:
         if ready is not None:  # its last victim is gone: the preemptor binds to the room it held
             self._spawn(self._bind_nominated(ready.entry, ready.allocation))
         self.held.drop(uid)
+        self.mig.forget_pod(uid)
         self.guard.forget(uid)
         self.queue.remove(uid)
         self.parked.pop(uid, None)
@@ -311,6 +326,9 @@ class Scheduler:
             guard = translate.guards_slo(request, policy or self.live.default_policy, self.slo_filter)
             core = claims.kept_apart(translate.core_request(pod, request, self.gpu_policy, self.default_slo, guard),
                                      plan is not None)
+            if self.mig.pod_changes(uid):  # a change made for it by an earlier leader: it waits for that one
+                self._hold_for_changes(uid, entry, core)
+                return
             outcome = self._claimed_before(uid, plan, core) or self.live.schedule(uid, core, policy)
         except claims.ClaimsNotReady:  # the controller-manager has not made its claim yet: wait, say nothing
             entry.claims_pending, entry.reason = True, "Other"
@@ -324,9 +342,16 @@ class Scheduler:
             await self._slots.acquire()
             self._spawn(self._bind(uid, entry, outcome, plan))
             return
+        extra = ""
+        if isinstance(outcome, Unschedulable) and core.is_mig:
+            relayout = self.mig.plan(self.live, uid, entry, core)
+            if isinstance(relayout, tuple):
+                self._start_relayout(uid, entry, core, *relayout)
+                return  # it holds its instance-to-be and binds when the node reports the change applied
+            extra = relayout
         if isinstance(outcome, Unschedulable) and self.preemptions.plan(self, uid, entry, core):
             return  # nominated: it holds the freed room and binds when its victims are gone
-        message = str(outcome)
+        message = f"{outcome} {extra}" if extra else str(outcome)
         entry.reason = unschedulable_reason(outcome) if isinstance(outcome, Unschedulable) else "InvalidRequest"
         self.metrics.attempt("unschedulable", entry.reason)
         self.parked[uid] = entry
@@ -374,12 +399,97 @@ class Scheduler:
             self.claims[(plan.namespace, plan.claim)] = out.body
         return out
 
-    async def _explain(self, uid: str, pod: dict, message: str) -> None:
-        """PodScheduled=False and a FailedScheduling event: written beside the loop, never holding it up."""
+    async def _explain(self, uid: str, pod: dict, message: str, reason: str = "") -> None:
+        """PodScheduled=False and a FailedScheduling event (or, waiting for a MIG re-layout, a Normal
+        MigReconfiguring one): written beside the loop, never holding it up."""
         meta = pod.get("metadata") or {}
         ns, name = meta.get("namespace", ""), meta.get("name", "")
-        await set_unschedulable(self.api, ns, name, message, pod=pod)
-        self.events.post(ns, name, uid, "FailedScheduling", message)
+        await set_unschedulable(self.api, ns, name, message, reason or "Unschedulable", pod=pod)
+        if reason:
+            self.events.post(ns, name, uid, reason, message, type="Normal")
+        else:
+            self.events.post(ns, name, uid, "FailedScheduling", message)
+
+    # --- dynamic MIG (mig_relayout) ------------------------------------------------------------------------
+    def _start_relayout(self, uid: str, entry: Pending, core, changes, message: str) -> None:
+        """Record the changes (GPUNode status, next write), show the desired layout, hold the new instances."""
+        self.mig.record(changes, uid, (entry, core))
+        self.metrics.attempt("unschedulable", MIG_REASON)
+        self.metrics.mig_started(len(changes))
+        node = changes[0].node
+        log.info("pod %s: %s", pod_key(entry.pod), message)
+        self._hold_instances(uid, core, node)
+        self.status_soon()
+        self._tell_waiting(uid, entry, message)
+
+    def _hold_for_changes(self, uid: str, entry: Pending, core) -> None:
+        """A pod an adopted change (a previous leader's) was made for: hold its instance-to-be again."""
+        changes = self.mig.pod_changes(uid)
+        self.mig.record([], uid, (entry, core))
+        self._hold_instances(uid, core, changes[0].node)
+        ids = ", ".join(f"{c.id} of GPU {c.gpu}" for c in changes)
+        self._tell_waiting(uid, entry, f"waiting for the MIG re-layout {ids} on node {changes[0].node} "
+                                       f"(made for it before a leader change); it binds when the node reports it applied")
+
+    def _hold_instances(self, uid: str, core, node: str) -> None:
+        self.held.dirty.add(node)
+        if node in self.nodes:
+            self._refresh(node)
+        self.live.release(uid)
+        self.live.restore(uid, core, node, (), self.mig.instances_for(uid, self.live.specs.get(node)))
+
+    def _tell_waiting(self, uid: str, entry: Pending, message: str) -> None:
+        entry.reason = MIG_REASON
+        if message != entry.message:
+            entry.message = message
+            self._spawn(self._explain(uid, entry.pod, message, MIG_REASON), self._explaining, uid)
+
+    def _end_changes(self, finished: Finished) -> list[tuple[str, str]]:
+        """Changes ended: count them, and release the holds of their waiting pods (before the node's spec
+        drops the overlay). Returns (pod uid, what next: bind, retry or hold) for `_after_changes`."""
+        out: list[tuple[str, str]] = []
+        for change, ok in [(c, True) for c in finished.done] + [(c, False) for c in finished.failed]:
+            self.metrics.mig_finished("done" if ok else "failed", seconds_since(change.started))
+            log.log(logging.INFO if ok else logging.WARNING, "MIG change %s of GPU %s on %s: %s %s", change.id,
+                    change.gpu, change.node, change.phase, change.message)
+            for uid in dict.fromkeys(change.pod_uids):
+                if uid not in self.mig.waiting or any(u == uid for u, _ in out):
+                    continue
+                self.live.release(uid)
+                failed = any(uid in c.pod_uids for c in finished.failed)
+                out.append((uid, "retry" if failed else "hold" if self.mig.pod_changes(uid) else "bind"))
+        return out
+
+    def _after_changes(self, ended: list[tuple[str, str]]) -> None:
+        for uid, next_step in ended:
+            entry, core = self.mig.waiting[uid]
+            node = next(c.node for c in self.mig.changes.values() if uid in c.pod_uids)
+            if next_step == "hold":  # one of its GPUs is done, another still being re-laid
+                self.live.restore(uid, core, node, (), self.mig.instances_for(uid, self.live.specs.get(node)))
+                continue
+            self.mig.forget_pod(uid)
+            names = self.mig.instances_for(uid, self.live.specs.get(node))
+            spec = self.live.specs.get(node)
+            real = {m.uuid for g in spec.gpus for m in g.mig} if spec else set()
+            if next_step == "bind" and all(n in real for n in names):
+                allocation = self.live.restore(uid, core, node, (), names)
+                self._spawn(self._bind_nominated(entry, allocation))
+                continue
+            if next_step == "bind":  # done, but the inventory does not show its instances (yet): decide again
+                entry.message, entry.reason = "", ""
+                self.queue.push(uid, entry, entry.key)
+                self._wake.set()
+                continue
+            # failed: the GPU keeps what it reports; the pod waits for capacity to change, never re-laying
+            # the same GPU in a loop (its instance in the way is one the model does not know is in use)
+            failed = next(c for c in self.mig.changes.values() if uid in c.pod_uids and c.phase == "Failed")
+            message = (f"the MIG re-layout {failed.id} of GPU {failed.gpu} on node {node} failed: {failed.message}; "
+                       "waiting for capacity to change")
+            entry.reason = "MigSlot"
+            self.parked[uid] = entry
+            if message != entry.message:
+                entry.message = message
+                self._spawn(self._explain(uid, entry.pod, message), self._explaining, uid)
 
     def _spawn(self, coro, registry: dict[str, asyncio.Task] | None = None, uid: str = "") -> asyncio.Task:
         task = asyncio.create_task(coro)

@@ -100,7 +100,8 @@ def inventory_gpus(node: str, annotations: dict, gpunode_spec: dict | None = Non
     inv = found[0]
     return tuple(
         GpuInfo(g.uuid, canonical_model(g.model), g.mem_bytes // _MIB, g.sms, g.sharing, g.healthy,
-                tuple(MigSlot(m.uuid, m.profile, m.mem_bytes // _MIB, m.sms, m.healthy) for m in g.mig))
+                tuple(MigSlot(m.uuid, m.profile, m.mem_bytes // _MIB, m.sms, m.healthy, m.start) for m in g.mig),
+                g.mig_dynamic)
         for g in inv.gpus)
 
 

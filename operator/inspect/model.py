@@ -56,6 +56,19 @@ class MigView:
 
 
 @dataclass(frozen=True, config=_CONFIG)
+class MigChangeView:
+    """A dynamic-MIG change of one GPU: the desired layout, its phase (Pending, Applying, Done, Failed), when
+    it started, the pods held for it, and the node's message."""
+
+    id: str
+    phase: str
+    layout: tuple[str, ...]  # "<profile>@<start>", in slice order
+    started: str
+    pods: tuple[str, ...] = ()
+    message: str = ""
+
+
+@dataclass(frozen=True, config=_CONFIG)
 class GpuView:
     index: int
     uuid: str
@@ -70,6 +83,8 @@ class GpuView:
     allocated: Usage  # shares of the GPU itself, plus its MIG instances' weighted by their SMs
     shares: tuple[Share, ...] = ()
     mig: tuple[MigView, ...] = ()
+    mig_dynamic: bool = False  # its idle MIG instances may be re-laid (docs/dynamic-mig.md)
+    mig_change: MigChangeView | None = None  # its current (or last) re-layout, from the GPUNode's status
 
 
 @dataclass(frozen=True, config=_CONFIG)

@@ -95,8 +95,25 @@ def _sharing(gpu: GpuView) -> str:
     return f"{gpu.sharing}/{gpu.replicas}" if gpu.sharing in ("timeSlicing", "mps") else gpu.sharing
 
 
+def _layout_cell(gpu: GpuView) -> str:
+    """The MIG layout; a dynamic GPU says so, and a change in progress shows where it goes."""
+    layout = mig_layout(gpu.mig) + (" (dynamic)" if gpu.mig_dynamic else "")
+    c = gpu.mig_change
+    if c is not None and c.phase in ("Pending", "Applying"):
+        layout += f" -> {'+'.join(c.layout)} [{c.phase} {c.id}]"
+    return layout
+
+
+def mig_change_lines(report: ClusterReport) -> list[str]:
+    """Every GPU's current (or last) dynamic-MIG change: phase, desired layout, start, pods, message."""
+    rows = [(n.name, str(g.index), g.mig_change.id, g.mig_change.phase, "+".join(g.mig_change.layout) or "-",
+             g.mig_change.started, ", ".join(g.mig_change.pods) or "-", g.mig_change.message or "-")
+            for n in report.nodes for g in n.gpus if g.mig_change is not None]
+    return columns([("NODE", "GPU", "MIG CHANGE", "PHASE", "LAYOUT", "STARTED", "FOR", "MESSAGE"), *rows]) if rows else []
+
+
 def _gpu_rows(node: NodeView, gpu: GpuView) -> list[tuple[str, ...]]:
-    rows = [(node.name, str(gpu.index), gpu.short_name, mig_layout(gpu.mig), _sharing(gpu),
+    rows = [(node.name, str(gpu.index), gpu.short_name, _layout_cell(gpu), _sharing(gpu),
              _health(gpu.healthy, gpu.xid), _compute(gpu.allocated, 1), _memory(gpu.allocated, gpu.mem_bytes),
              f"{gpu.allocated.sm_pct}%", _pods(gpu.shares))]
     for n, mig in enumerate(gpu.mig):
@@ -135,6 +152,8 @@ def cluster_table(report: ClusterReport) -> list[str]:
         lines += ["", *columns([NODE_HEADER, *(_node_row(n) for n in report.nodes)])]
     else:
         lines = ["no node publishes a GPU inventory (fgpu.io/gpu-inventory): is fgpu's device plugin running?"]
+    if changes := mig_change_lines(report):
+        lines += ["", *changes]
     lines += ["", _cluster_line(report)]
     if report.pending:
         rows = [(f"{p.namespace}/{p.name}", p.reason or "-", p.message or "(no attempt reported yet)")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from fgpu_contracts import keys
 from fgpu_contracts.assignment import Assignment, DeviceShare, parse_assignment
 from fgpu_contracts.errors import InputError
-from fgpu_contracts.inventory import GpuInfo, Inventory, MigDevice, node_inventory
+from fgpu_contracts.inventory import GpuInfo, Inventory, MigChange, MigDevice, node_inventory
 from fgpu_contracts.request import GpuRequest, dump_request
 from fgpu_contracts.wire import parse_json
 
@@ -23,6 +23,7 @@ from ..objects import condition, parse_time, pod_key
 from .model import (
     ClusterReport,
     GpuView,
+    MigChangeView,
     MigView,
     NodeView,
     PendingPod,
@@ -122,7 +123,19 @@ def _on_gpu(usage: Usage, mig: MigDevice, gpu: GpuInfo) -> Usage:
     return Usage(round(usage.milli_gpu * weight), usage.mem_bytes, round(usage.sm_pct * weight))
 
 
-def _gpu_view(gpu: GpuInfo, devices: dict[str, _Device]) -> GpuView:
+def _mig_change(doc: dict | None) -> MigChangeView | None:
+    """A GPUNode status.migChanges entry as the report shows it (None if absent or not one)."""
+    try:
+        c = MigChange.model_validate(doc) if doc else None
+    except ValueError:
+        return None
+    if c is None:
+        return None
+    return MigChangeView(id=c.id, phase=c.phase, started=c.started_time, pods=c.pods, message=c.message,
+                         layout=tuple(f"{p.profile}@{p.start}" for p in sorted(c.layout, key=lambda p: p.start)))
+
+
+def _gpu_view(gpu: GpuInfo, devices: dict[str, _Device], change: dict | None = None) -> GpuView:
     own = tuple(sorted(devices[gpu.uuid].shares, key=_share_order))
     allocated, migs = _total(own), []
     for m in sorted(gpu.mig, key=lambda m: m.start):
@@ -132,15 +145,19 @@ def _gpu_view(gpu: GpuInfo, devices: dict[str, _Device]) -> GpuView:
         allocated += _on_gpu(migs[-1].allocated, m, gpu)
     return GpuView(index=gpu.index, uuid=gpu.uuid, model=gpu.model, short_name=gpu.short_name,
                    mem_bytes=gpu.mem_bytes, sms=gpu.sms, sharing=gpu.sharing, replicas=gpu.replicas,
-                   healthy=gpu.healthy, xid=gpu.xid, allocated=allocated, shares=own, mig=tuple(migs))
+                   healthy=gpu.healthy, xid=gpu.xid, allocated=allocated, shares=own, mig=tuple(migs),
+                   mig_dynamic=gpu.mig_dynamic, mig_change=_mig_change(change))
 
 
 def _share_order(share: Share) -> tuple[str, str, str]:
     return share.namespace, share.pod, share.container
 
 
-def _node_view(node: dict, inv: Inventory, source: str, devices: dict[str, _Device]) -> NodeView:
-    gpus = tuple(_gpu_view(g, devices) for g in sorted(inv.gpus, key=lambda g: g.index))
+def _node_view(node: dict, inv: Inventory, source: str, devices: dict[str, _Device],
+               gpunode: dict | None = None) -> NodeView:
+    changes = {c.get("gpu"): c for c in ((gpunode or {}).get("status") or {}).get("migChanges") or ()
+               if isinstance(c, dict)}
+    gpus = tuple(_gpu_view(g, devices, changes.get(g.uuid)) for g in sorted(inv.gpus, key=lambda g: g.index))
     pods = {f"{s.namespace}/{s.pod}" for d in devices.values() for s in d.shares}
     return NodeView(
         name=_meta(node).get("name", ""), ready=condition(node, "Ready").get("status") == "True",
@@ -216,7 +233,7 @@ def cluster_report(nodes: Iterable[dict], pods: Iterable[dict], gpunodes: Iterab
             pending.append(_pending(pod))
         elif _bound_to(pod) and _phase(pod) not in FINISHED:
             problems += _place_shares(pod, devices)
-    views = tuple(_node_view(node, inv, source, devices[name])
+    views = tuple(_node_view(node, inv, source, devices[name], by_name.get(name))
                   for name, (node, inv, source) in sorted(inventories.items()))
     gpus = [g for n in views for g in n.gpus]
     summary = Summary(nodes=len(views), gpus=len(gpus), unhealthy_gpus=sum(not g.healthy for g in gpus),

@@ -18,7 +18,8 @@ from typing import Any
 
 from simgpu.device import ClientSpec, ContextLostError, EmulatedDevice, EmulatedNode
 from simgpu.device.engine import DAEMON_SHUTDOWN
-from simgpu.errors import SimgpuError
+from simgpu.errors import RelayoutRefused, SimgpuError
+from simgpu.nodeconfig.schema import mig_uuid
 from simgpu.token import Grant, verify_token
 
 log = logging.getLogger("simgpu.daemon")
@@ -73,6 +74,7 @@ class NodeRuntime:
         self._timer_at: float | None = None
         # one launch in progress per grant: a grant's many contexts get the daemon's time of one (fair queuing)
         self._grant_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._relaying: set[str] = set()  # GPUs whose MIG re-layout is in progress
 
     # --- clock -------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -245,6 +247,29 @@ class NodeRuntime:
     def clear_fault(self, uuid: str) -> list[dict[str, Any]]:
         self.node.clear_fault(uuid)
         self._publish()
+        return self.devices()
+
+    # --- dynamic MIG -------------------------------------------------------------------------------
+    async def reconfigure(self, gpu_uuid: str, layout: list[tuple[str, int]], change_id: str = "") -> list[dict[str, Any]]:
+        """Re-lay a dynamic-MIG GPU: the instances it drops are destroyed at once (refused if one has a live
+        context), the new ones appear after the GPU's reconfiguration time (node config
+        `mig.reconfigureSeconds`, wall seconds x timeDilation). One change per GPU at a time."""
+        if gpu_uuid in self._relaying:
+            raise RelayoutRefused(f"refused: a reconfiguration of GPU {gpu_uuid} is in progress", field="gpu")
+        self.catch_up()
+        gone, create = self.node.begin_relayout(gpu_uuid, layout)
+        self._relaying.add(gpu_uuid)
+        gpu = self.node.gpu(gpu_uuid)
+        log.info("MIG change %s of GPU %s: destroyed %d instance(s), creating %s in %.1f s", change_id or "-",
+                 gpu_uuid, len(gone), ", ".join(f"{p}@{s}" for p, s in create) or "none", gpu.reconfigure_s)
+        self._publish()
+        try:
+            await asyncio.sleep(gpu.reconfigure_s * self.dilation)
+            self.catch_up()
+            self.node.finish_relayout(gpu_uuid, create, lambda index, p, s: mig_uuid(self.node.node_name, index, p, s))
+        finally:
+            self._relaying.discard(gpu_uuid)
+            self._publish()
         return self.devices()
 
     def _publish(self) -> None:

@@ -11,7 +11,7 @@ from simgpu.daemon import simgpu_daemon_pb2 as pb
 from simgpu.daemon import simgpu_daemon_pb2_grpc as pb_grpc
 from simgpu.daemon.runtime import Context, NodeRuntime
 from simgpu.device import CLIENT_FAULT_XID, ContextLostError
-from simgpu.errors import OutOfMemoryError, SimgpuError
+from simgpu.errors import OutOfMemoryError, RelayoutRefused, SimgpuError
 from simgpu.perf import parse_op
 
 log = logging.getLogger("simgpu.daemon")
@@ -21,7 +21,8 @@ _OP_CACHE_LIMIT = 4096
 def device_list(devices: list[dict[str, Any]]) -> pb.DeviceList:
     return pb.DeviceList(devices=[pb.Device(uuid=d["uuid"], healthy=d["healthy"], xid=int(d["xid"] or 0),
                                             model=d["model"], parent=d["parent"], profile=d["profile"],
-                                            index=d["index"]) for d in devices])
+                                            index=d["index"], start=max(0, d.get("start", 0)))
+                                  for d in devices])
 
 
 def error_reply(err: BaseException) -> pb.Error:
@@ -62,6 +63,15 @@ class NodeDaemonService(pb_grpc.NodeDaemonServicer):
             return device_list(self.runtime.clear_fault(request.uuid))
         except SimgpuError as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+
+    async def Reconfigure(self, request, context):
+        layout = [(p.profile, p.start) for p in request.layout]
+        try:
+            return device_list(await self.runtime.reconfigure(request.gpu_uuid, layout, request.change_id))
+        except SimgpuError as err:
+            refused = isinstance(err, RelayoutRefused)
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION if refused else grpc.StatusCode.INVALID_ARGUMENT,
+                                str(err))
 
     # --- workload side -----------------------------------------------------------------------------
     async def Session(self, request_iterator, context):

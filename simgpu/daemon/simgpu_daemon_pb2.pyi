@@ -11,7 +11,7 @@ class DevicesRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class Device(_message.Message):
-    __slots__ = ("uuid", "healthy", "xid", "model", "parent", "profile", "index")
+    __slots__ = ("uuid", "healthy", "xid", "model", "parent", "profile", "index", "start")
     UUID_FIELD_NUMBER: _ClassVar[int]
     HEALTHY_FIELD_NUMBER: _ClassVar[int]
     XID_FIELD_NUMBER: _ClassVar[int]
@@ -19,6 +19,7 @@ class Device(_message.Message):
     PARENT_FIELD_NUMBER: _ClassVar[int]
     PROFILE_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
     uuid: str
     healthy: bool
     xid: int
@@ -26,7 +27,26 @@ class Device(_message.Message):
     parent: str
     profile: str
     index: int
-    def __init__(self, uuid: _Optional[str] = ..., healthy: _Optional[bool] = ..., xid: _Optional[int] = ..., model: _Optional[str] = ..., parent: _Optional[str] = ..., profile: _Optional[str] = ..., index: _Optional[int] = ...) -> None: ...
+    start: int
+    def __init__(self, uuid: _Optional[str] = ..., healthy: _Optional[bool] = ..., xid: _Optional[int] = ..., model: _Optional[str] = ..., parent: _Optional[str] = ..., profile: _Optional[str] = ..., index: _Optional[int] = ..., start: _Optional[int] = ...) -> None: ...
+
+class MigPlacement(_message.Message):
+    __slots__ = ("profile", "start")
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    profile: str
+    start: int
+    def __init__(self, profile: _Optional[str] = ..., start: _Optional[int] = ...) -> None: ...
+
+class ReconfigureRequest(_message.Message):
+    __slots__ = ("gpu_uuid", "layout", "change_id")
+    GPU_UUID_FIELD_NUMBER: _ClassVar[int]
+    LAYOUT_FIELD_NUMBER: _ClassVar[int]
+    CHANGE_ID_FIELD_NUMBER: _ClassVar[int]
+    gpu_uuid: str
+    layout: _containers.RepeatedCompositeFieldContainer[MigPlacement]
+    change_id: str
+    def __init__(self, gpu_uuid: _Optional[str] = ..., layout: _Optional[_Iterable[_Union[MigPlacement, _Mapping]]] = ..., change_id: _Optional[str] = ...) -> None: ...
 
 class DeviceList(_message.Message):
     __slots__ = ("devices",)

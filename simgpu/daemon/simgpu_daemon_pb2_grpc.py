@@ -54,6 +54,11 @@ class NodeDaemonStub:
                 request_serializer=simgpu_dot_daemon_dot_simgpu__daemon__pb2.FaultRequest.SerializeToString,
                 response_deserializer=simgpu_dot_daemon_dot_simgpu__daemon__pb2.DeviceList.FromString,
                 _registered_method=True)
+        self.Reconfigure = channel.unary_unary(
+                '/simgpu.daemon.v1.NodeDaemon/Reconfigure',
+                request_serializer=simgpu_dot_daemon_dot_simgpu__daemon__pb2.ReconfigureRequest.SerializeToString,
+                response_deserializer=simgpu_dot_daemon_dot_simgpu__daemon__pb2.DeviceList.FromString,
+                _registered_method=True)
         self.Session = channel.stream_stream(
                 '/simgpu.daemon.v1.NodeDaemon/Session',
                 request_serializer=simgpu_dot_daemon_dot_simgpu__daemon__pb2.SessionRequest.SerializeToString,
@@ -91,6 +96,15 @@ class NodeDaemonServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Reconfigure(self, request, context):
+        """Dynamic MIG: re-lay a dynamic-MIG GPU into `layout` (every instance it will have). The instances it
+        drops are destroyed at once (refused, FAILED_PRECONDITION, if one has a live context or the GPU is
+        being re-laid already); the new ones exist after the GPU's reconfiguration time, when this answers.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Session(self, request_iterator, context):
         """One stream per context: the first request must be `open`; when the stream ends (exit, crash,
         disconnect) the context and everything it held are freed. Replies come in request order.
@@ -120,6 +134,11 @@ def add_NodeDaemonServicer_to_server(servicer, server):
             'ClearFault': grpc.unary_unary_rpc_method_handler(
                     servicer.ClearFault,
                     request_deserializer=simgpu_dot_daemon_dot_simgpu__daemon__pb2.FaultRequest.FromString,
+                    response_serializer=simgpu_dot_daemon_dot_simgpu__daemon__pb2.DeviceList.SerializeToString,
+            ),
+            'Reconfigure': grpc.unary_unary_rpc_method_handler(
+                    servicer.Reconfigure,
+                    request_deserializer=simgpu_dot_daemon_dot_simgpu__daemon__pb2.ReconfigureRequest.FromString,
                     response_serializer=simgpu_dot_daemon_dot_simgpu__daemon__pb2.DeviceList.SerializeToString,
             ),
             'Session': grpc.stream_stream_rpc_method_handler(
@@ -235,6 +254,33 @@ class NodeDaemon:
             target,
             '/simgpu.daemon.v1.NodeDaemon/ClearFault',
             simgpu_dot_daemon_dot_simgpu__daemon__pb2.FaultRequest.SerializeToString,
+            simgpu_dot_daemon_dot_simgpu__daemon__pb2.DeviceList.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Reconfigure(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/simgpu.daemon.v1.NodeDaemon/Reconfigure',
+            simgpu_dot_daemon_dot_simgpu__daemon__pb2.ReconfigureRequest.SerializeToString,
             simgpu_dot_daemon_dot_simgpu__daemon__pb2.DeviceList.FromString,
             options,
             channel_credentials,

@@ -13,6 +13,7 @@ from fgpu_contracts.keys import GPU_RESOURCE, MIG_RESOURCE_PREFIX, mig_resource_
 from simgpu.errors import SimgpuError
 
 from .schema import (
+    DEFAULT_MIG_RECONFIGURE_S,
     DEFAULT_TOKEN_SECRET_FILE,
     MAX_TIME_DILATION,
     ConfigModel,
@@ -122,6 +123,8 @@ def _mig_placements(group: GpuGroup, field: str) -> list[_Placed]:
 
     spec = get_gpu(group.model)
     names = _expand_layout(spec, group.mig.layout if group.mig else [], field)
+    if not names and group.mig is not None and group.mig.dynamic:
+        return []  # instances come on demand
     by_name = {p.name: p for p in mig.profiles(spec)}
     placed = mig.check_layout(spec, names)
     out = []
@@ -155,8 +158,12 @@ def check_groups(cfg: NodeConfig) -> None:
             except SimgpuError as err:
                 msg = str(err).removeprefix(f"{err.field}: ").split(" (allowed: ")[0]
                 raise SimgpuError(msg, field=f"{where}.mig.layout", allowed=err.allowed) from None
-            if not placed:
-                raise SimgpuError("MIG is enabled but the layout is empty", field=f"{where}.mig.layout")
+            if not placed and not group.mig.dynamic:
+                raise SimgpuError("MIG is enabled but the layout is empty", field=f"{where}.mig.layout",
+                                  allowed=["a layout", "dynamic: true (the operator creates instances on demand)"])
+            if group.mig.dynamic and mode != "exclusive":
+                raise SimgpuError(f"sharing {mode} is not available on dynamic-MIG GPUs (a re-laid instance "
+                                  "has no replicas to keep)", field=f"{where}.sharing", allowed=["exclusive"])
             mig_profiles.update(p.profile for p in placed)
             any_mig = True
         else:
@@ -170,6 +177,9 @@ def check_groups(cfg: NodeConfig) -> None:
     strategy = cfg.effective_mig_strategy
     if any_mig and strategy == "none":
         raise SimgpuError("MIG-enabled GPUs need a MIG strategy", field="migStrategy", allowed=["single", "mixed"])
+    if strategy == "single" and any(g.mig_enabled and g.mig.dynamic for g in cfg.gpus):
+        raise SimgpuError("dynamic MIG creates instances of any profile: it needs the mixed strategy",
+                          field="migStrategy", allowed=["mixed"])
     if strategy == "single" and any_mig and (not all_mig or len(mig_profiles) > 1):
         raise SimgpuError("the single strategy needs every GPU MIG-enabled with one profile "
                           f"(found {sorted(mig_profiles) or 'none'})", field="migStrategy", allowed=["mixed"])
@@ -412,7 +422,7 @@ def resolve_devices(cfg: NodeConfig, node_name: str, check_uuids: bool = True) -
     devices = []
     for g in layout:
         group, explicit = g.group, g.group.sharing
-        if g.placements:
+        if g.placements or g.group.mig_enabled:
             mode = explicit or (mode_b if block else "exclusive")
             fallback = _replicas(cfg, group, mode)
             instances = []
@@ -427,8 +437,10 @@ def resolve_devices(cfg: NodeConfig, node_name: str, check_uuids: bool = True) -
                     replicas = entry.replicas if selected(entry, (g.index, j)) else 1
                 instances.append(MigInstance(mig_uuid(node_name, g.index, p.profile, p.start), p.profile, p.start,
                                              p.sms, p.mem_bytes, replicas))
+            dynamic = group.mig is not None and group.mig.dynamic
             devices.append(GpuDevice(g.index, g.uuid(node_name), group.model, mode, fallback,
-                                     tuple(instances), g.pci_bus_id))
+                                     tuple(instances), g.pci_bus_id, dynamic,
+                                     group.mig.reconfigure_seconds if group.mig else DEFAULT_MIG_RECONFIGURE_S))
             continue
         key = (g.index, None)
         if explicit is not None:

@@ -192,16 +192,27 @@ class Qos(ConfigModel):
     slo_slowdown: float = pydantic.Field(default=DEFAULT_SLO_SLOWDOWN, gt=1.0, le=100.0)
 
 
+#: Seconds one dynamic-MIG change of a GPU takes (destroying its idle GIs/CIs and creating the new ones), as
+#: the node daemon emulates it. No GPU spec data gives a figure: an assumption (docs/dynamic-mig.md).
+DEFAULT_MIG_RECONFIGURE_S = 2.0
+
+
 class MigConfig(ConfigModel):
     mode: Literal["enabled", "disabled"] = "enabled"
     # Profiles to create, e.g. ["3g.40gb", "4g.40gb"], or "all-<profile>" (as mig-parted's all-1g.10gb).
     layout: list[str] | str = []
+    #: The operator may re-lay the GPU's idle instances on demand (docs/dynamic-mig.md); `layout` is then the
+    #: starting one (may be empty). False: the layout is fixed.
+    dynamic: bool = False
+    reconfigure_seconds: float = pydantic.Field(default=DEFAULT_MIG_RECONFIGURE_S, gt=0, le=600)
 
     @pydantic.model_validator(mode="after")
     def _no_layout_when_disabled(self) -> MigConfig:
         if self.mode == "disabled" and self.layout:
             raise SimgpuError("a layout with MIG disabled would be ignored: the GPU stays whole",
                               field="layout", allowed=["mode: enabled", "no layout"])
+        if self.mode == "disabled" and self.dynamic:
+            raise SimgpuError("dynamic MIG needs MIG enabled", field="dynamic", allowed=["mode: enabled"])
         return self
 
 
@@ -282,6 +293,12 @@ class GpuDevice:
     replicas: int  # 1 unless timeSlicing / mps
     mig: tuple[MigInstance, ...] = ()
     pci_bus_id: str = ""  # the group's `pciBusIds` entry, else `default_pci_bus_id(index)`
+    mig_dynamic: bool = False  # MIG mode whose idle instances may be re-laid (mig.dynamic); `mig` may be empty
+    mig_reconfigure_s: float = DEFAULT_MIG_RECONFIGURE_S
+
+    @property
+    def mig_mode(self) -> bool:
+        return bool(self.mig) or self.mig_dynamic
 
     @property
     def spec(self):  # -> simgpu.catalog.GPUSpec

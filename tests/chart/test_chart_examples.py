@@ -60,6 +60,24 @@ def quickstart_nodes() -> list[dict]:
     return nodes
 
 
+def relaid(live: LiveCluster, uid: str, core) -> Allocation | None:
+    """A MIG pod no instance holds, as the operator places it (controller/mig_relayout.py): a re-layout of a
+    dynamic-MIG GPU's idle instances, shown in the model, the new instance held by the pod."""
+    from fgpu_operator.controller.mig_relayout import MigRelayouts
+    from fgpu_operator.placement.mig_changes import instance_names
+
+    mig = MigRelayouts()
+    entry = type("Entry", (), {"pod": {"metadata": {"namespace": "default", "name": uid}}})()
+    planned = mig.plan(live, uid, entry, core)
+    if not isinstance(planned, tuple):
+        return None
+    changes, _ = planned
+    mig.record(changes, uid, entry)
+    node = changes[0].node
+    live.upsert_node(mig.overlay(live.specs[node]))
+    return live.restore(uid, core, node, (), tuple(n for c in changes for n in instance_names(c, uid)))
+
+
 def merge(target: dict, patch: dict) -> dict:
     """RFC 7386 merge patch, as Kopf's patch of a mutating webhook is meant (None removes a key)."""
     out = copy.deepcopy(target)
@@ -133,7 +151,10 @@ def test_admitted_examples_all_fit_the_quickstart_cluster_together_and_the_unfit
         else:
             assert admitted["spec"]["schedulerName"] == keys.SCHEDULER_NAME, path.name
             assert request is not None, f"{path.name}: the webhook wrote no {keys.REQUEST}"
-        outcome = cluster.schedule(path.stem, core_request(admitted, request, guard_slo=guards_slo(request, "fgpu")))
+        core = core_request(admitted, request, guard_slo=guards_slo(request, "fgpu"))
+        outcome = cluster.schedule(path.stem, core)
+        if not isinstance(outcome, Allocation) and core.is_mig:
+            outcome = relaid(cluster, path.stem, core) or outcome
         if expect == "admitted":
             assert isinstance(outcome, Allocation), f"{path.name}: {outcome}"
             placed[path.stem] = outcome.node

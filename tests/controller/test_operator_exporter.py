@@ -78,9 +78,11 @@ def test_families_are_the_catalogues_operator_part_even_before_any_sample():
     assert registry_shape(metrics.exposition().decode()) == catalogue_shape(of("operator"))
     scraped = {k: v for k, v in series(metrics.exposition().decode()).items()  # a scrape during
                if not k[0].endswith("_created")}  # start-up: no model yet (`fgpu operator` disables _created)
-    histogram = {f"fgpu_scheduler_create_to_bound_seconds{suffix}" for suffix in ("_bucket", "_count", "_sum")}
+    histogram = {f"{h}{suffix}" for suffix in ("_bucket", "_count", "_sum")
+                 for h in ("fgpu_scheduler_create_to_bound_seconds", "fgpu_mig_reconfiguration_seconds")}
     outcomes = {"fgpu_scheduler_attempts_total", "fgpu_scheduler_binds_total",  # every outcome at 0 from the start
-                "fgpu_scheduler_events_dropped_total", "fgpu_scheduler_slo_holds_total"}
+                "fgpu_scheduler_events_dropped_total", "fgpu_scheduler_slo_holds_total",
+                "fgpu_mig_reconfigurations_total"}
     assert {name for name, _ in scraped} <= histogram | outcomes
     assert {name for name, _ in scraped} >= outcomes
     assert all(v == 0 for (name, _), v in scraped.items() if name in outcomes)
@@ -157,7 +159,10 @@ def test_scenario_values_deleted_pod_leaves_no_series_and_every_family_has_the_c
     # every family of the catalogue has samples now, each with exactly the catalogue's label names
     webhook.protect_handoff(body=kopf.Body({"metadata": {}}), old=kopf.Body({"metadata": {}}), userinfo={},
                             memo=_memo(metrics))
-    labels = sample_labels(metrics.exposition().decode())
+    s.on_node("ADDED", node("d", mig_inventory("d", ["1g.10gb"] * 7, dynamic=True)))  # idle, dynamic MIG
+    text = metrics.exposition().decode()
+    assert value(series(text), "fgpu_mig_reconfiguration_in_progress", node="d", device_uuid="GPU-d-0") == 0
+    labels = sample_labels(text)
     for name, m in of("operator").items():
         assert labels[name] == {tuple(sorted(m.labels))}, name  # a text exposition sorts label names
 
