@@ -19,7 +19,7 @@ import numpy as np
 from .filters import filter_nodes, rejection_counts
 from .fit import gpu_fit
 from .model import Cluster, Placement, Request
-from .slo_filter import least_slack_lost
+from .slo_filter import least_slack_lost, margin_first
 from .slo_guard import guards
 
 
@@ -121,15 +121,18 @@ class Framework:
             return Unschedulable(request, self.cluster.size, ((refusal, int(candidates.size)),))
         if request.is_mig:  # MIG instances are fixed slots: pack them (fewest free instances of the profile)
             scores = -self.cluster.mig_free[request.mig_profile][candidates]
+            asked = request
         else:
-            scores = np.asarray(self.policy.score(request, feasible))[candidates]
+            asked, feasible = margin_first(self.cluster, request, feasible)  # QoS: GPUs with margin first
+            candidates = np.flatnonzero(feasible)
+            scores = np.asarray(self.policy.score(asked, feasible))[candidates]
         top = candidates[scores == scores.max()]
         if top.size > 1 and guards(request):
-            top = least_slack_lost(self.cluster, request, top)
+            top = least_slack_lost(self.cluster, asked, top)
         node = int(top[np.argmin(self.node_rank[top])]) if top.size > 1 else int(top[0])
         if request.is_mig:
             return self.cluster.reserve(request, node, (), choose_mig(self.cluster, request, node))
-        return self.cluster.reserve(request, node, self.choose_gpus(request, node))
+        return self.cluster.reserve(request, node, self.choose_gpus(asked, node))
 
     def choose_gpus(self, request: Request, node: int) -> tuple[int, ...]:
         """The policy's GPUs, unless the pod says otherwise: KubeShare affinity (GPUs already holding its
