@@ -80,6 +80,10 @@ def unschedulable_reason(outcome: Unschedulable) -> str:
     return max(counts, key=lambda p: (counts[p], _ORDER[p]))
 
 
+#: fgpu_scheduler_preemptions_total's results (the catalogue's help says what each means).
+PREEMPTION_RESULTS = ("nominated", "none", "never", "failed")
+
+
 def _counter(name: str, registry: CollectorRegistry) -> Counter:
     m = CATALOGUE[name]
     return Counter(name.removesuffix("_total"), m.help, m.labels, registry=registry)
@@ -102,6 +106,9 @@ class OperatorMetrics:
         self._admissions = _counter("fgpu_webhook_admissions_total", self.registry)
         self._events_dropped = _counter("fgpu_scheduler_events_dropped_total", self.registry)
         self._slo_holds = _counter("fgpu_scheduler_slo_holds_total", self.registry)
+        self._preemptions = _counter("fgpu_scheduler_preemptions_total", self.registry)
+        self._victims = _counter("fgpu_scheduler_preemption_victims_total", self.registry)
+        self._preempt_seconds = _histogram("fgpu_scheduler_preemption_decision_seconds", self.registry)
         self._children: dict[tuple, object] = {}
         # Every outcome's series exists from the start at 0: one first seen at 1 hides that increment from
         # rate() and increase(), so the first bind conflict or the first pod of a reason would never show.
@@ -115,6 +122,8 @@ class OperatorMetrics:
                 self._child(self._attempts, "unschedulable", reason)
         for change in ("held", "released"):
             self._child(self._slo_holds, change)
+        for result in PREEMPTION_RESULTS:
+            self._child(self._preemptions, result)
         self.model = ModelGauges()
 
     def _child(self, metric, *labels: str):
@@ -142,6 +151,14 @@ class OperatorMetrics:
     def slo_hold(self, change: str) -> None:
         """A GPU held against low-priority shares (its protected pod measured over its SLO), or released."""
         self._child(self._slo_holds, change).inc()
+
+    def preemption(self, result: str, victims: int = 0, seconds: float | None = None) -> None:
+        """One preemption attempt (PREEMPTION_RESULTS), its victims, and the planner's time when it ran."""
+        self._child(self._preemptions, result).inc()
+        if victims:
+            self._victims.inc(victims)
+        if seconds is not None:
+            self._preempt_seconds.observe(seconds)
 
     def admission(self, webhook: str, outcome: str, source: str = "") -> None:
         self._child(self._admissions, webhook, outcome, source).inc()

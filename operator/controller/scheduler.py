@@ -324,7 +324,7 @@ class Scheduler:
             await self._slots.acquire()
             self._spawn(self._bind(uid, entry, outcome, plan))
             return
-        if isinstance(outcome, Unschedulable) and self.preemptions.plan(self, uid, entry, core):
+        if isinstance(outcome, Unschedulable) and self.preemptions.plan(self, uid, entry, core, policy):
             return  # nominated: it holds the freed room and binds when its victims are gone
         message = str(outcome)
         entry.reason = unschedulable_reason(outcome) if isinstance(outcome, Unschedulable) else "InvalidRequest"
