@@ -161,7 +161,7 @@ def test_model_error_is_the_largest_residual_of_the_co_location_checks():
     from fgpu_operator.placement.slo import MODEL_ERROR
 
     data = json.loads((Path(__file__).parents[2] / "bench" / "data" / "colocation_residuals.json").read_text())
-    assert MODEL_ERROR == pytest.approx(max(e for errors in data["datasets"].values() for e in errors), abs=1e-5)
+    assert pytest.approx(max(e for errors in data["datasets"].values() for e in errors), abs=1e-5) == MODEL_ERROR
     assert default_model().error == MODEL_ERROR and SloModel(error=0.0).error == 0.0
 
 
