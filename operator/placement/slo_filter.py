@@ -11,7 +11,7 @@ import numpy as np
 from .fit import FULL, SLO, fitting_gpus, gpu_fit
 from .model import Cluster, Request
 from .slo_feedback import hold_mask, holds_apply
-from .slo_guard import blockers, guards, model_of, slo_cost
+from .slo_guard import blockers, guards, margin_matters, model_of, slo_cost
 
 REASON = "would break a co-runner's SLO"
 HELD_REASON = "had only GPUs held: a protected pod measured over its SLO"
@@ -65,6 +65,8 @@ def margin_first(cluster: Cluster, request: Request, feasible: np.ndarray) -> tu
     if not guards(request) or error <= 0 or not feasible.any():
         return request, feasible
     careful = replace(request, slo_margin=error)
+    if not margin_matters(cluster, request, careful):
+        return request, feasible
     rows = np.flatnonzero(feasible)
     keeps = fitting_gpus(cluster, careful, rows, SLO) >= request.num_gpu
     if not keeps.any():

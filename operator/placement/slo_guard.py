@@ -140,6 +140,15 @@ def _answers(cluster: Cluster, request: Request, model: SloModel) -> tuple[np.nd
     return ids, answers
 
 
+def margin_matters(cluster: Cluster, request: Request, careful: Request, model: SloModel | None = None) -> bool:
+    """Whether the margin could refuse what the bound allows for this request class on any GPU state seen:
+    False on a cluster without protected pods for a best-effort share, so the preference costs nothing there."""
+    model = model or model_of(cluster)
+    _, plain = _answers(cluster, request, model)
+    _, strict = _answers(cluster, careful, model)
+    return not np.array_equal(plain.ok, strict.ok)
+
+
 def slo_mask(cluster: Cluster, request: Request, rows=slice(None), model: SloModel | None = None) -> np.ndarray:
     """GPUs of `rows` the request may join without breaking an SLO (shape as `cluster.gpu_left[rows]`)."""
     ids, answers = _answers(cluster, request, model or model_of(cluster))
