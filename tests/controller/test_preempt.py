@@ -163,17 +163,9 @@ def test_budgets_match_selectors_in_the_pods_namespace_and_take_the_tightest():
 
 def test_a_budget_with_no_disruption_left_turns_preemption_to_the_other_victim_and_it_is_counted():
     async def scenario(with_budget: bool):
-        api, events = FakeApi(), FakeEvents()
-        s = Scheduler(LiveCluster(policy="binpack"), api, events)
+        s, api, events, loop = await start(labelled(pod("guarded", 400, 0), app="keep"), pod("middle", 400, 500))
         if with_budget:
             s.preemptions.budgets.on_event("ADDED", pdb("keep", 0, {"matchLabels": {"app": "keep"}}))
-        loop = asyncio.create_task(s.run())
-        s.on_node("ADDED", NODE)
-        for p in (labelled(pod("guarded", 400, 0), app="keep"), pod("middle", 400, 500)):
-            s.on_pod("ADDED", p)
-            await asyncio.sleep(0.02)
-            await s.drain()
-            s.on_pod("MODIFIED", bound(api, p))
         s.on_pod("ADDED", pod("high", 500, 1000))
         await asyncio.sleep(0.05)
         await s.drain()
