@@ -123,16 +123,21 @@ class Framework:
             scores = -self.cluster.mig_free[request.mig_profile][candidates]
             asked = request
         else:
-            asked, feasible = margin_first(self.cluster, request, feasible)  # QoS: GPUs with margin first
+            # QoS: nodes with GPUs that keep a margin for the model's error first. The policy scores them as the
+            # plain request (its score caches stay one per request class); the GPUs are picked with the margin.
+            asked, feasible = margin_first(self.cluster, request, feasible)
             candidates = np.flatnonzero(feasible)
-            scores = np.asarray(self.policy.score(asked, feasible))[candidates]
+            scores = np.asarray(self.policy.score(request, feasible))[candidates]
         top = candidates[scores == scores.max()]
         if top.size > 1 and guards(request):
-            top = least_slack_lost(self.cluster, asked, top)
+            top = least_slack_lost(self.cluster, request, top)
         node = int(top[np.argmin(self.node_rank[top])]) if top.size > 1 else int(top[0])
         if request.is_mig:
             return self.cluster.reserve(request, node, (), choose_mig(self.cluster, request, node))
-        return self.cluster.reserve(request, node, self.choose_gpus(asked, node))
+        gpus = self.choose_gpus(request, node)
+        if asked is not request and not gpu_fit(self.cluster, asked, node)[list(gpus)].all():
+            gpus = best_fit_gpus(self.cluster, asked, node)  # the policy's pick lacks the margin: the tightest that keep it
+        return self.cluster.reserve(request, node, gpus)
 
     def choose_gpus(self, request: Request, node: int) -> tuple[int, ...]:
         """The policy's GPUs, unless the pod says otherwise: KubeShare affinity (GPUs already holding its
