@@ -47,6 +47,18 @@ METRICS: tuple[Metric, ...] = (
        "GPUs held against new low-priority shares because a protected pod there was measured (the daemons' "
        "fgpu_pod_slowdown) over its SLO bound for the sustained window (held), and GPUs released once no "
        "protected pod there is over it (released); only with --slo-feedback-prometheus.", ("change",)),
+    _m("fgpu_scheduler_preemptions_total", "counter",
+       "Preemption attempts for pods that fit nowhere while lower-priority pods run, by result: nominated "
+       "(victims chosen and being deleted, the freed room held for the preemptor), none (evicting "
+       "lower-priority pods would not make room), never (the pod's preemptionPolicy is Never), failed (a "
+       "victim's delete was refused; the preemptor was parked and the victim is never chosen again).",
+       ("result",)),
+    _m("fgpu_scheduler_preemption_victims_total", "counter",
+       "Pods chosen as preemption victims (deleted gracefully with the DisruptionTarget condition)."),
+    _m("fgpu_scheduler_preemption_decision_seconds", "histogram",
+       "Time the preemption planner took for one pod (its PodDisruptionBudgets read from memory, candidates "
+       "and victims chosen), whether or not it nominated.",
+       unit="seconds", buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)),
     _m("fgpu_scheduler_create_to_bound_seconds", "histogram",
        "From the pod's metadata.creationTimestamp (whole seconds, so up to 1 s long) to fgpu's successful "
        "Binding; pods restored after a restart or bound by another replica are not observed.",

@@ -302,6 +302,11 @@ async def pod_event(event: dict, memo: kopf.Memo, **_) -> None:
     memo.scheduler.on_pod(event.get("type") or "ADDED", event["object"])
 
 
+@kopf.on.event("policy", "v1", "poddisruptionbudgets")
+async def pdb_event(event: dict, memo: kopf.Memo, **_) -> None:
+    memo.scheduler.preemptions.budgets.on_event(event.get("type") or "ADDED", event["object"])
+
+
 @kopf.on.event("resource.k8s.io", "v1", "resourceslices")
 async def resourceslice_event(event: dict, memo: kopf.Memo, **_) -> None:
     memo.scheduler.on_resourceslice(event.get("type") or "ADDED", event["object"])

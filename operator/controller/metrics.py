@@ -80,6 +80,10 @@ def unschedulable_reason(outcome: Unschedulable) -> str:
     return max(counts, key=lambda p: (counts[p], _ORDER[p]))
 
 
+#: fgpu_scheduler_preemptions_total's results (the catalogue's help says what each means).
+PREEMPTION_RESULTS = ("nominated", "none", "never", "failed")
+
+
 def _counter(name: str, registry: CollectorRegistry) -> Counter:
     m = CATALOGUE[name]
     return Counter(name.removesuffix("_total"), m.help, m.labels, registry=registry)
@@ -104,6 +108,9 @@ class OperatorMetrics:
         self._slo_holds = _counter("fgpu_scheduler_slo_holds_total", self.registry)
         self._mig_changes = _counter("fgpu_mig_reconfigurations_total", self.registry)
         self._mig_seconds = _histogram("fgpu_mig_reconfiguration_seconds", self.registry)
+        self._preemptions = _counter("fgpu_scheduler_preemptions_total", self.registry)
+        self._victims = _counter("fgpu_scheduler_preemption_victims_total", self.registry)
+        self._preempt_seconds = _histogram("fgpu_scheduler_preemption_decision_seconds", self.registry)
         self._children: dict[tuple, object] = {}
         # Every outcome's series exists from the start at 0: one first seen at 1 hides that increment from
         # rate() and increase(), so the first bind conflict or the first pod of a reason would never show.
@@ -119,6 +126,8 @@ class OperatorMetrics:
             self._child(self._slo_holds, change)
         for result in ("started", "done", "failed"):
             self._child(self._mig_changes, result)
+        for result in PREEMPTION_RESULTS:
+            self._child(self._preemptions, result)
         self.model = ModelGauges()
 
     def _child(self, metric, *labels: str):
@@ -154,6 +163,14 @@ class OperatorMetrics:
     def mig_finished(self, result: str, seconds: float) -> None:
         self._child(self._mig_changes, result).inc()
         self._mig_seconds.observe(seconds)
+
+    def preemption(self, result: str, victims: int = 0, seconds: float | None = None) -> None:
+        """One preemption attempt (PREEMPTION_RESULTS), its victims, and the planner's time when it ran."""
+        self._child(self._preemptions, result).inc()
+        if victims:
+            self._victims.inc(victims)
+        if seconds is not None:
+            self._preempt_seconds.observe(seconds)
 
     def admission(self, webhook: str, outcome: str, source: str = "") -> None:
         self._child(self._admissions, webhook, outcome, source).inc()

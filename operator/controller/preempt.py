@@ -9,20 +9,94 @@ then the victims still run on the GPU. No preemption loop: while its victims ter
 its allocation, so it is never decided again (a held allocation is returned as is). A victim that could not
 be deleted is taken back into the model and never chosen again; the preemptor's hold is released and it is
 parked, with the reason, until capacity changes.
+
+PodDisruptionBudgets come from a watch (`Budgets`, fed by the PDB event handler), not from a list per
+decision: the planner reads each lower-priority pod's budget and its `status.disruptionsAllowed` from memory,
+so kube-scheduler's first rule (fewest PDB violations) costs no apiserver call. A budget is best effort, as
+in kube-scheduler: a violating victim may still be chosen when nothing else frees enough.
 """
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ..kube.outcome import Result
 from ..kube.pods import delete_pod, mark_preempted, set_nominated_node
 from ..objects import parse_time
 from ..placement.live import Allocation
-from ..placement.preemption import NoPreemption
+from ..placement.preemption import PREEMPT_NEVER, NoPreemption
 
 log = logging.getLogger("fgpu.preempt")
+
+
+def selects(selector: dict | None, labels: Mapping[str, str]) -> bool:
+    """A label selector (matchLabels, matchExpressions) against a pod's labels. policy/v1: an empty selector
+    selects every pod of the namespace, a missing one none; an unknown operator selects nothing."""
+    if selector is None:
+        return False
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for e in selector.get("matchExpressions") or ():
+        key, op, values = e.get("key", ""), e.get("operator", ""), e.get("values") or ()
+        ok = {"In": key in labels and labels[key] in values, "NotIn": key not in labels or labels[key] not in values,
+              "Exists": key in labels, "DoesNotExist": key not in labels}.get(op, False)
+        if not ok:
+            return False
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """One PodDisruptionBudget as preemption reads it."""
+
+    selector: dict | None
+    allowed: int  # status.disruptionsAllowed (0 until the disruption controller has counted)
+    disrupted: frozenset[str]  # status.disruptedPods: evictions it already counts
+
+
+@dataclass
+class Budgets:
+    """The cluster's PodDisruptionBudgets by namespace, kept from their watch events."""
+
+    by_namespace: dict[str, dict[str, Budget]] = field(default_factory=dict)
+
+    def on_event(self, kind: str, pdb: dict) -> None:
+        meta, spec, status = pdb.get("metadata") or {}, pdb.get("spec") or {}, pdb.get("status") or {}
+        ns, name = meta.get("namespace", ""), meta.get("name", "")
+        if kind == "DELETED":
+            self.by_namespace.get(ns, {}).pop(name, None)
+            if not self.by_namespace.get(ns, True):
+                del self.by_namespace[ns]
+            return
+        allowed = status.get("disruptionsAllowed")
+        self.by_namespace.setdefault(ns, {})[name] = Budget(
+            spec.get("selector"), allowed if isinstance(allowed, int) else 0,
+            frozenset(status.get("disruptedPods") or ()))
+
+    def of(self, pods: Iterable[tuple[str, dict]]) -> tuple[dict[str, int], dict[str, str]]:
+        """(budget -> disruptions allowed, pod uid -> its budget) for the planner, over (uid, pod) pairs. A pod
+        that several budgets select counts under the one with the least room (the Eviction API refuses such
+        a pod outright); one a budget already counts as disrupted is not charged to it again."""
+        budgets: dict[str, int] = {}
+        pdb_of: dict[str, str] = {}
+        if not self.by_namespace:
+            return budgets, pdb_of
+        for uid, pod in pods:
+            meta = pod.get("metadata") or {}
+            mine = self.by_namespace.get(meta.get("namespace", ""))
+            if not mine:
+                continue
+            labels = meta.get("labels") or {}
+            hits = [(b.allowed, name) for name, b in mine.items()
+                    if meta.get("name", "") not in b.disrupted and selects(b.selector, labels)]
+            if hits:
+                allowed, name = min(hits)
+                key = f"{meta.get('namespace', '')}/{name}"
+                budgets[key], pdb_of[uid] = allowed, key
+        return budgets, pdb_of
 
 
 @dataclass
@@ -45,6 +119,7 @@ class Preemptions:
     nominated: dict[str, Nomination] = field(default_factory=dict)  # preemptor uid -> nomination
     evicting: dict[str, str] = field(default_factory=dict)  # victim uid -> preemptor uid
     spared: set[str] = field(default_factory=set)  # pods whose delete was refused: never chosen again
+    budgets: Budgets = field(default_factory=Budgets)  # PodDisruptionBudgets, from their watch
 
     def bound(self, uid: str, pod: dict) -> None:
         spec, status = pod.get("spec") or {}, pod.get("status") or {}
@@ -79,21 +154,28 @@ class Preemptions:
             if not self.levels[old]:
                 del self.levels[old]
 
-    def plan(self, scheduler, uid: str, entry, core) -> bool:
-        """Try preemption for a pod that fits nowhere; True when it nominated (victims being evicted)."""
+    def plan(self, scheduler, uid: str, entry, core, node_policy: str | None = None) -> bool:
+        """Try preemption for a pod that fits nowhere; True when it nominated (victims being evicted).
+        `node_policy`: the pod's own placement policy (None: the cluster's)."""
         spec = entry.pod.get("spec") or {}
         mine = spec.get("priority") if isinstance(spec.get("priority"), int) else 0
         if not self.levels or mine <= min(self.levels):
             return False
-        victims_of = self.priority if not self.spared else {
-            u: p for u, p in self.priority.items() if u not in self.spared}
-        outcome = scheduler.live.preempt(uid, core, mine, victims_of, start_of=self.start,
-                                         policy=spec.get("preemptionPolicy") or "PreemptLowerPriority")
-        if isinstance(outcome, NoPreemption):
+        how = spec.get("preemptionPolicy") or "PreemptLowerPriority"
+        if how == PREEMPT_NEVER:
+            scheduler.metrics.preemption("never")
+            return False
+        victims_of = {u: p for u, p in self.priority.items() if p < mine and u not in self.spared}
+        started = time.perf_counter()
+        budgets, pdb_of = self.budgets.of((u, self.pods.get(u) or {}) for u in victims_of)
+        outcome = scheduler.live.preempt(uid, core, mine, victims_of, start_of=self.start, policy=how,
+                                         budgets=budgets, pdb_of=pdb_of, node_policy=node_policy)
+        seconds = time.perf_counter() - started
+        if isinstance(outcome, NoPreemption) or not outcome[1]:
+            scheduler.metrics.preemption("none", seconds=seconds)
             return False
         allocation, victims = outcome
-        if not victims:
-            return False
+        scheduler.metrics.preemption("nominated", len(victims), seconds)
         self.nominated[uid] = Nomination(allocation, set(victims), entry)
         for v in victims:
             self.evicting[v] = uid
@@ -114,6 +196,7 @@ class Preemptions:
             out = await delete_pod(scheduler.api, vns, vname, v)
             if not out.ok and out.result is not Result.GONE:
                 log.warning("preempting %s/%s for %s/%s: delete failed: %s", vns, vname, ns, name, out)
+                scheduler.metrics.preemption("failed")
                 self._undo(scheduler, uid, pod, f"preemption: could not delete {vns}/{vname}: {out}")
                 return
 

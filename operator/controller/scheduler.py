@@ -349,7 +349,7 @@ class Scheduler:
                 self._start_relayout(uid, entry, core, *relayout)
                 return  # it holds its instance-to-be and binds when the node reports the change applied
             extra = relayout
-        if isinstance(outcome, Unschedulable) and self.preemptions.plan(self, uid, entry, core):
+        if isinstance(outcome, Unschedulable) and self.preemptions.plan(self, uid, entry, core, policy):
             return  # nominated: it holds the freed room and binds when its victims are gone
         message = f"{outcome} {extra}" if extra else str(outcome)
         entry.reason = unschedulable_reason(outcome) if isinstance(outcome, Unschedulable) else "InvalidRequest"

@@ -19,7 +19,7 @@ import numpy as np
 from .filters import filter_nodes, rejection_counts
 from .fit import gpu_fit
 from .model import Cluster, Placement, Request
-from .slo_filter import least_slack_lost
+from .slo_filter import least_slack_lost, margin_first
 from .slo_guard import guards
 
 
@@ -121,7 +121,12 @@ class Framework:
             return Unschedulable(request, self.cluster.size, ((refusal, int(candidates.size)),))
         if request.is_mig:  # MIG instances are fixed slots: pack them (fewest free instances of the profile)
             scores = -self.cluster.mig_free[request.mig_profile][candidates]
+            asked = request
         else:
+            # QoS: nodes with GPUs that keep a margin for the model's error first. The policy scores them as the
+            # plain request (its score caches stay one per request class); the GPUs are picked with the margin.
+            asked, feasible = margin_first(self.cluster, request, feasible)
+            candidates = np.flatnonzero(feasible)
             scores = np.asarray(self.policy.score(request, feasible))[candidates]
         top = candidates[scores == scores.max()]
         if top.size > 1 and guards(request):
@@ -129,7 +134,10 @@ class Framework:
         node = int(top[np.argmin(self.node_rank[top])]) if top.size > 1 else int(top[0])
         if request.is_mig:
             return self.cluster.reserve(request, node, (), choose_mig(self.cluster, request, node))
-        return self.cluster.reserve(request, node, self.choose_gpus(request, node))
+        gpus = self.choose_gpus(request, node)
+        if asked is not request and not gpu_fit(self.cluster, asked, node)[list(gpus)].all():
+            gpus = best_fit_gpus(self.cluster, asked, node)  # the policy's pick lacks the margin: the tightest that keep it
+        return self.cluster.reserve(request, node, gpus)
 
     def choose_gpus(self, request: Request, node: int) -> tuple[int, ...]:
         """The policy's GPUs, unless the pod says otherwise: KubeShare affinity (GPUs already holding its

@@ -157,12 +157,15 @@ class LiveCluster:
     def preempt(self, uid: str, request: Request, priority: int, priority_of: Mapping[str, int], *,
                 start_of: Mapping[str, float] | None = None, policy: str = "PreemptLowerPriority",
                 budgets: Mapping[str, int] | None = None, pdb_of: Mapping[str, str] | None = None,
-                ) -> tuple[Allocation, tuple[str, ...]] | NoPreemption:
+                node_policy: str | None = None) -> tuple[Allocation, tuple[str, ...]] | NoPreemption:
         """For a pod that fits nowhere: pick victims (`preemption.plan_preemption`; `priority_of`: each
         allocated pod's PriorityClass value, 0 if absent), release their allocations and reserve the
         preemptor's on the room they free, so no lower-priority pod takes it while they terminate (the
         assume cache's hold for the nominated node). A pod missing from `priority_of` is never a victim.
-        Returns (the preemptor's allocation, victim uids). The
+        `budgets`: PDB -> disruptions allowed, `pdb_of`: pod uid -> its PDB. `node_policy`: the preemptor's
+        own placement policy (as `schedule` takes it; None: the cluster's), whose node order breaks the last
+        tie and whose GPU choice places a multi-GPU preemptor. Returns (the preemptor's allocation, victim
+        uids). The
         caller deletes the victims, binds the preemptor once they are gone, and on failure `release`s the
         preemptor and `restore`s any victim still running."""
         if uid in self.allocations:
@@ -173,7 +176,7 @@ class LiveCluster:
         running = [Running(a.uid, self._placement(cluster, self._index[a.node], a), priority_of[a.uid],
                            (start_of or {}).get(a.uid, 0.0), (pdb_of or {}).get(a.uid, ""))
                    for a in self.allocations.values() if a.uid in priority_of]
-        fw = self._framework(self.default_policy)
+        fw = self._framework(node_policy or self.default_policy)
         cand = plan_preemption(cluster, request, priority, running, policy=policy, budgets=budgets,
                                node_rank=fw.node_rank)
         if isinstance(cand, NoPreemption):

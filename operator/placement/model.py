@@ -90,6 +90,7 @@ class Request:
     slo: float = 0.0  # a protected pod's slowdown bound (docs/qos.md); 0: best-effort, no bound
     duty: float = 0.0  # busy fraction alone (its workload class); 0: its GPU share
     guard_slo: bool = False  # place it only where no co-runner's SLO breaks (the QoS filter, `slo_filter`)
+    slo_margin: float = 0.0  # the filter's allowance for the model's error in this attempt (`slo_guard.margin_first`)
 
     @property
     def is_share(self) -> bool:

@@ -4,12 +4,14 @@ co-runner's SLO." Its `detail` names whose SLO blocked which GPU, for the pod's 
 `fgpu inspect pod`."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from .fit import FULL, SLO, fitting_gpus, gpu_fit
 from .model import Cluster, Request
 from .slo_feedback import hold_mask, holds_apply
-from .slo_guard import blockers, guards, slo_cost
+from .slo_guard import blockers, guards, margin_matters, model_of, slo_cost
 
 REASON = "would break a co-runner's SLO"
 HELD_REASON = "had only GPUs held: a protected pod measured over its SLO"
@@ -51,3 +53,24 @@ def least_slack_lost(cluster: Cluster, request: Request, top: np.ndarray) -> np.
     binpack, spread and FGD keep their meaning."""
     cost = np.where(gpu_fit(cluster, request, top), slo_cost(cluster, request, top), np.inf).min(axis=1)
     return top[cost == cost.min()]
+
+
+def margin_first(cluster: Cluster, request: Request, feasible: np.ndarray) -> tuple[Request, np.ndarray]:
+    """The request and nodes the policy scores: where some fitting GPUs keep every bound even with the model's
+    known error (`SloModel.error`: a slowdown s counted as 1 + (s - 1)(1 + error)), if any node has them,
+    with the request marked so that the policy's GPU choice keeps to those GPUs; else the plain ones. The bound
+    stays the promise (nothing is refused for the margin); the margin is taken wherever the cluster has room,
+    so a prediction just under a bound is the last resort, not a tie."""
+    error = model_of(cluster).error
+    if not guards(request) or error <= 0 or not feasible.any():
+        return request, feasible
+    careful = replace(request, slo_margin=error)
+    if not margin_matters(cluster, request, careful):
+        return request, feasible
+    rows = np.flatnonzero(feasible)
+    keeps = fitting_gpus(cluster, careful, rows, SLO) >= request.num_gpu
+    if not keeps.any():
+        return request, feasible
+    narrowed = np.zeros_like(feasible)
+    narrowed[rows[keeps]] = True
+    return careful, narrowed

@@ -4,7 +4,8 @@ A GPU is refused when, with the new pod added, any protected pod there (its own 
 new pod itself, if protected, would run slower than its bound by `slo.SloModel`'s prediction. The cost of a
 GPU that is allowed is the slack its protected co-runners lose: the rise of each one's predicted slowdown
 over its room (bound - 1), added up; policies break ties by it, so best-effort pods fill the gaps beside the
-protected pods that a small co-runner hurts least.
+protected pods that a small co-runner hurts least. A request with `slo_margin` m (the framework's first try,
+`slo_filter.margin_first`) is refused where a bound breaks with the model's error allowed: 1 + (s - 1)(1 + m).
 
 Each GPU's state is reduced to a signature (GPU model, sharing mode, its shares' classes and bounds), kept as
 a small integer per GPU and refreshed only for nodes whose version changed; answers are cached per (request
@@ -79,33 +80,38 @@ class _ClassAnswers:
         self.ok = np.ones(0, dtype=bool)
         self.cost = np.zeros(0, dtype=np.float64)
 
-    def extend(self, sigs: list[Signature], new: Tenant, bound: float, model: SloModel) -> None:
+    def extend(self, sigs: list[Signature], new: Tenant, bound: float, margin: float, model: SloModel) -> None:
         start = self.ok.size
         if start == len(sigs):
             return
         ok, cost = np.ones(len(sigs) - start, dtype=bool), np.zeros(len(sigs) - start)
         for k, (gpu_model, sharing, pairs) in enumerate(sigs[start:]):
-            c, broken, _ = judge(model, gpu_model, sharing, pairs, new, bound)
+            c, broken, _ = judge(model, gpu_model, sharing, pairs, new, bound, margin)
             ok[k], cost[k] = broken is None, c
         self.ok, self.cost = np.concatenate([self.ok, ok]), np.concatenate([self.cost, cost])
 
 
-def judge(model: SloModel, gpu_model: str, sharing: str, pairs, new: Tenant, bound: float
+def judge(model: SloModel, gpu_model: str, sharing: str, pairs, new: Tenant, bound: float, margin: float = 0.0
           ) -> tuple[float, int | None, tuple[float, ...]]:
     """(cost, index of the first pod whose SLO breaks or None, predicted slowdowns after) of adding a pod of
-    class (new, bound) to a GPU holding `pairs` (tenant, bound); index len(pairs) is the new pod itself."""
+    class (new, bound) to a GPU holding `pairs` (tenant, bound); index len(pairs) is the new pod itself.
+    `margin`: a bound breaks when 1 + (s - 1)(1 + margin) exceeds it (what co-location adds, that much more)."""
     if not pairs:
         return 0.0, None, (1.0,)
     together = [t for t, _ in pairs] + [new]
     after = model.slowdowns(gpu_model, sharing, together)
     before = model.slowdowns(gpu_model, sharing, together[:-1])
     cost, broken = 0.0, None
+
+    def breaks(s: float, slo: float) -> bool:
+        return 1.0 + (s - 1.0) * (1.0 + margin) > slo + 1e-9
+
     for k, ((_, slo), was, now) in enumerate(zip(pairs, before, after, strict=False)):
         if slo > 0:
-            if now > slo + 1e-9 and broken is None:
+            if broken is None and breaks(now, slo):
                 broken = k
             cost += max(0.0, now - was) / (slo - 1.0)
-    if bound > 0 and after[-1] > bound + 1e-9 and broken is None:
+    if bound > 0 and broken is None and breaks(after[-1], bound):
         broken = len(pairs)
     return cost, broken, after
 
@@ -116,9 +122,9 @@ def model_of(cluster: Cluster) -> SloModel:
     return cluster.plugin_state.get("slo_model") or default_model()
 
 
-def class_key(request: Request) -> tuple[Tenant, float] | None:
+def class_key(request: Request) -> tuple[Tenant, float, float] | None:
     """What the filter's answer for a request depends on besides the GPUs' state (None: not guarded)."""
-    return (tenant_of(request), request.slo) if guards(request) else None
+    return (tenant_of(request), request.slo, request.slo_margin) if guards(request) else None
 
 
 def _answers(cluster: Cluster, request: Request, model: SloModel) -> tuple[np.ndarray, _ClassAnswers]:
@@ -130,8 +136,17 @@ def _answers(cluster: Cluster, request: Request, model: SloModel) -> tuple[np.nd
     ids = sigs.refresh(cluster)
     key = (class_key(request), model)  # a test may price with its own model
     answers = state["classes"].setdefault(key, _ClassAnswers())
-    answers.extend(sigs.list, key[0][0], key[0][1], model)
+    answers.extend(sigs.list, *key[0], model)
     return ids, answers
+
+
+def margin_matters(cluster: Cluster, request: Request, careful: Request, model: SloModel | None = None) -> bool:
+    """Whether the margin could refuse what the bound allows for this request class on any GPU state seen:
+    False on a cluster without protected pods for a best-effort share, so the preference costs nothing there."""
+    model = model or model_of(cluster)
+    _, plain = _answers(cluster, request, model)
+    _, strict = _answers(cluster, careful, model)
+    return not np.array_equal(plain.ok, strict.ok)
 
 
 def slo_mask(cluster: Cluster, request: Request, rows=slice(None), model: SloModel | None = None) -> np.ndarray:

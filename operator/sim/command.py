@@ -116,7 +116,7 @@ def register(subparsers) -> None:
                         "see docs/timeline.md)")
     p.add_argument("--protected-share", type=number(float, lo=0, hi=1), default=None, metavar="S",
                    help="timeline mode: protect S of the sharing pods (high priority, bound --slo) and report "
-                        "SLO attainment beside allocation; policies also fgpu+qos[@margin] and naive "
+                        "SLO attainment beside allocation; policies also fgpu+qos[@margin|~error] and naive "
                         "(docs/qos.md)")
     p.add_argument("--slo", type=number(float, lo=1, hi=100, lo_open=True), default=1.2, metavar="B",
                    help="with --protected-share: the protected pods' slowdown bound (default 1.2)")

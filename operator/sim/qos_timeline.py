@@ -14,9 +14,11 @@ co-location adds: the pod is within its SLO while 1 + (s - 1)(1 + e) <= B (`atta
 s (1 + e) <= B, which also charges the error to a pod whose co-runners are idle, is kept beside it
 (`attainment_total`). Attainment = protected pods' time within bound / their time running, pooled.
 
-Policies: the trace policies as they are, `fgpu+qos` (fgpu with the QoS filter; `fgpu+qos@M` filters at
-the bound 1 + M (B - 1), a margin M < 1 for the model's error) and `naive` (fgpu allowing at most one protected
-pod per GPU, no model).
+Policies: the trace policies as they are, `fgpu+qos` (fgpu with the QoS filter as the operator runs it: it
+refuses at the bound and takes GPUs where the bound holds with the model's known error first,
+`placement.slo_filter.margin_first`), `fgpu+qos@M` (refuses at the bound 1 + M (B - 1) and trusts the model:
+no preference; M = 1 is the bare filter), `fgpu+qos~A` (the live filter allowing an error A, for the
+cross-check) and `naive` (fgpu allowing at most one protected pod per GPU, no model).
 """
 from __future__ import annotations
 
@@ -34,9 +36,11 @@ from .trace import Trace
 RESIDUALS = Path(__file__).resolve().parents[2] / "bench" / "data" / "colocation_residuals.json"
 
 
-def residuals(path: Path = RESIDUALS) -> np.ndarray:
+def residuals(path: Path = RESIDUALS, gpu: str = "") -> np.ndarray:
+    """The co-location residuals, of the datasets whose name starts with `gpu` (H100, H200; "": all)."""
     data = json.loads(path.read_text())
-    return np.array([e for errors in data["datasets"].values() for e in errors], dtype=float)
+    return np.array([e for name, errors in data["datasets"].items() if name.startswith(gpu) for e in errors],
+                    dtype=float)
 
 
 class OneProtectedPerGpu(SloModel):
@@ -136,12 +140,17 @@ class Attainment:
 
 
 def policy_setup(name: str) -> tuple[str, bool, float, SloModel | None]:
-    """(trace policy, guard, margin, model override) of a QoS-simulation policy name."""
+    """(trace policy, guard, margin, model override) of a QoS-simulation policy name: `fgpu+qos` is the live
+    filter (the bound refuses, GPUs with the model's error allowed are taken first); `fgpu+qos@M` refuses at
+    1 + M (B - 1) and trusts the model (no error allowance); `fgpu+qos~A` the live filter allowing error A."""
     if name == "naive":
-        return "fgpu", True, 1.0, OneProtectedPerGpu()
-    if name.startswith("fgpu+qos"):
-        margin = float(name.split("@", 1)[1]) if "@" in name else 1.0
-        return "fgpu", True, margin, None
+        return "fgpu", True, 1.0, OneProtectedPerGpu(error=0.0)
+    if name.startswith("fgpu+qos@"):
+        return "fgpu", True, float(name.split("@", 1)[1]), SloModel(error=0.0)
+    if name.startswith("fgpu+qos~"):
+        return "fgpu", True, 1.0, SloModel(error=float(name.split("~", 1)[1]))
+    if name == "fgpu+qos":
+        return "fgpu", True, 1.0, None
     return name, False, 1.0, None
 
 
@@ -178,24 +187,26 @@ QOS_POLICIES: tuple[str, ...] = ("random", "bestfit", "fgd", "fgpu", "fgpu+qos",
 
 
 def parse_qos_policies(names: list[str] | None) -> list[str]:
-    """Trace policies plus `fgpu+qos[@margin]` (0 < margin <= 1) and `naive`; `all`: QOS_POLICIES."""
+    """Trace policies plus `fgpu+qos[@margin]` (0 < margin <= 1), `fgpu+qos~error` (0 <= error <= 1) and
+    `naive`; `all`: QOS_POLICIES."""
     from fgpu_operator.placement.errors import PlacementInputError
     from fgpu_operator.placement.policies import POLICY_NAMES
 
     out: list[str] = []
     for part in (p.strip() for name in names or ["all"] for p in name.split(",")):
         for p in QOS_POLICIES if part == "all" else (part,):
-            margin = p.split("@", 1)[1] if p.startswith("fgpu+qos@") else None
             ok = p in POLICY_NAMES or p in ("fgpu+qos", "naive")
-            if margin is not None:
-                try:
-                    ok = 0 < float(margin) <= 1
-                except ValueError:
-                    ok = False
+            for sep, low in (("@", 0.0), ("~", -1.0)):  # margin in (0, 1]; error in [0, 1]
+                if p.startswith("fgpu+qos" + sep):
+                    try:
+                        ok = low < float(p.split(sep, 1)[1]) <= 1
+                    except ValueError:
+                        ok = False
+                    ok = ok and float(p.split(sep, 1)[1]) >= 0
             if not ok:
                 raise PlacementInputError(f"unknown policy {p!r}", field="--policy",
-                                          allowed=[*POLICY_NAMES, "fgpu+qos", "fgpu+qos@M (0 < M <= 1)", "naive",
-                                                   "all"])
+                                          allowed=[*POLICY_NAMES, "fgpu+qos", "fgpu+qos@M (0 < M <= 1)",
+                                                   "fgpu+qos~E (0 <= E <= 1)", "naive", "all"])
             if p not in out:
                 out.append(p)
     return out

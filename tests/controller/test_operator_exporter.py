@@ -79,13 +79,17 @@ def test_families_are_the_catalogues_operator_part_even_before_any_sample():
     scraped = {k: v for k, v in series(metrics.exposition().decode()).items()  # a scrape during
                if not k[0].endswith("_created")}  # start-up: no model yet (`fgpu operator` disables _created)
     histogram = {f"{h}{suffix}" for suffix in ("_bucket", "_count", "_sum")
-                 for h in ("fgpu_scheduler_create_to_bound_seconds", "fgpu_mig_reconfiguration_seconds")}
+                 for h in ("fgpu_scheduler_create_to_bound_seconds", "fgpu_mig_reconfiguration_seconds",
+                           "fgpu_scheduler_preemption_decision_seconds")}
     outcomes = {"fgpu_scheduler_attempts_total", "fgpu_scheduler_binds_total",  # every outcome at 0 from the start
                 "fgpu_scheduler_events_dropped_total", "fgpu_scheduler_slo_holds_total",
-                "fgpu_mig_reconfigurations_total"}
+                "fgpu_mig_reconfigurations_total", "fgpu_scheduler_preemptions_total",
+                "fgpu_scheduler_preemption_victims_total"}
     assert {name for name, _ in scraped} <= histogram | outcomes
     assert {name for name, _ in scraped} >= outcomes
     assert all(v == 0 for (name, _), v in scraped.items() if name in outcomes)
+    preemptions = {dict(labels)["result"] for name, labels in scraped if name == "fgpu_scheduler_preemptions_total"}
+    assert preemptions == {"nominated", "none", "never", "failed"}
     binds = {dict(labels)["result"] for name, labels in scraped if name == "fgpu_scheduler_binds_total"}
     assert {"ok", "conflict", "gone", "unavailable", "not_leader"} <= binds
     reasons = {dict(labels)["reason"] for name, labels in scraped

@@ -128,3 +128,71 @@ def test_a_victim_that_cannot_be_deleted_is_taken_back_and_the_preemptor_waits_a
         loop.cancel()
 
     asyncio.run(scenario())
+
+
+def labelled(p: dict, **labels) -> dict:
+    p["metadata"]["labels"] = labels
+    return p
+
+
+def pdb(name: str, allowed: int, selector: dict | None, disrupted: tuple[str, ...] = (), ns: str = "ns") -> dict:
+    return {"metadata": {"name": name, "namespace": ns}, "spec": {"selector": selector},
+            "status": {"disruptionsAllowed": allowed, "disruptedPods": {p: "2026-12-02T00:00:00Z" for p in disrupted}}}
+
+
+def test_budgets_match_selectors_in_the_pods_namespace_and_take_the_tightest():
+    from fgpu_operator.controller.preempt import Budgets
+
+    b = Budgets()
+    b.on_event("ADDED", pdb("web", 1, {"matchLabels": {"app": "web"}}))
+    b.on_event("ADDED", pdb("tight", 0, {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["db"]}]}))
+    b.on_event("ADDED", pdb("all", 3, {}))  # policy/v1: an empty selector selects the whole namespace
+    b.on_event("ADDED", pdb("none", 0, None))  # and a missing one nothing
+    b.on_event("ADDED", pdb("elsewhere", 0, {}, ns="other"))
+    b.on_event("ADDED", pdb("counted", 0, {"matchLabels": {"app": "batch"}}, disrupted=("b1",)))
+    pods = {"w": labelled(pod("w1", 100), app="web"), "d": labelled(pod("d1", 100), app="web", tier="db"),
+            "x": labelled(pod("x1", 100)), "b": labelled(pod("b1", 100), app="batch")}
+    budgets, pdb_of = b.of(pods.items())
+    assert pdb_of == {"w": "ns/web", "d": "ns/tight", "x": "ns/all", "b": "ns/all"}
+    assert budgets == {"ns/web": 1, "ns/tight": 0, "ns/all": 3}
+    b.on_event("DELETED", pdb("tight", 0, None))
+    assert b.of(pods.items())[1]["d"] == "ns/web"
+    b.on_event("MODIFIED", {**pdb("web", 0, {"matchLabels": {"app": "web"}}), "status": {}})  # not counted yet
+    assert b.of(pods.items())[0]["ns/web"] == 0
+
+
+def test_a_budget_with_no_disruption_left_turns_preemption_to_the_other_victim_and_it_is_counted():
+    async def scenario(with_budget: bool):
+        s, api, events, loop = await start(labelled(pod("guarded", 400, 0), app="keep"), pod("middle", 400, 500))
+        if with_budget:
+            s.preemptions.budgets.on_event("ADDED", pdb("keep", 0, {"matchLabels": {"app": "keep"}}))
+        s.on_pod("ADDED", pod("high", 500, 1000))
+        await asyncio.sleep(0.05)
+        await s.drain()
+        loop.cancel()
+        deleted = [path.rsplit("/", 1)[1] for m, path, _ in api.calls if m == "DELETE"]
+        return deleted, s.metrics.exposition().decode()
+
+    deleted, _ = asyncio.run(scenario(False))
+    assert deleted == ["guarded"]  # the lowest priority goes first
+    deleted, text = asyncio.run(scenario(True))
+    assert deleted == ["middle"]  # its budget has no disruption left: reprieved first, the other goes
+    assert 'fgpu_scheduler_preemptions_total{result="nominated"} 1.0' in text
+    assert "fgpu_scheduler_preemption_victims_total 1.0" in text
+    assert "fgpu_scheduler_preemption_decision_seconds_count 1.0" in text
+
+
+def test_never_and_fruitless_attempts_are_counted():
+    async def scenario():
+        s, api, events, loop = await start(pod("low", 500, 0), pod("peer", 400, 1000))
+        s.on_pod("ADDED", pod("polite", 600, 1000, "Never"))
+        s.on_pod("ADDED", pod("huge", 1000, 1000))  # even with low gone, peer leaves too little
+        await asyncio.sleep(0.05)
+        await s.drain()
+        loop.cancel()
+        return s.metrics.exposition().decode()
+
+    text = asyncio.run(scenario())
+    assert 'fgpu_scheduler_preemptions_total{result="never"} 1.0' in text
+    assert 'fgpu_scheduler_preemptions_total{result="none"} 1.0' in text
+    assert 'fgpu_scheduler_preemptions_total{result="nominated"} 0.0' in text

@@ -102,8 +102,11 @@ OPERATOR_NEEDS = [
     ("list", "nodes", "", False, "", ""), ("watch", "nodes", "", False, "", ""),
     ("create", "pods", "", True, "binding", "p"), ("patch", "pods", "", True, "status", "p"),
     ("patch", "pods", "", True, "", "p"),  # the hand-off guard's write-back
+    ("delete", "pods", "", True, "", "p"),  # preemption's victims
     ("create", "events", "", True, "", ""), ("patch", "events", "", True, "", "e"),
     ("list", "gpunodes", "fgpu.io", False, "", ""), ("watch", "schedulingpolicies", "fgpu.io", False, "", ""),
+    ("list", "poddisruptionbudgets", "policy", False, "", ""),
+    ("watch", "poddisruptionbudgets", "policy", False, "", ""),  # preemption's budgets
     ("patch", "gpunodes", "fgpu.io", False, "status", "n"),
     ("patch", "schedulingpolicies", "fgpu.io", False, "status", "default"),
     ("create", "leases", "coordination.k8s.io", "lease", "", ""),
@@ -113,7 +116,7 @@ OPERATOR_NEEDS = [
 OPERATOR_MUST_NOT = [
     ("get", "secrets", "", True, "", ""), ("list", "secrets", "", False, "", ""),
     ("delete", "nodes", "", False, "", "n"), ("patch", "nodes", "", False, "", "n"),
-    ("create", "pods", "", True, "", ""), ("delete", "pods", "", True, "", "p"), ("update", "pods", "", True, "", "p"),
+    ("create", "pods", "", True, "", ""), ("update", "pods", "", True, "", "p"),
     ("get", "configmaps", "", True, "", ""), ("update", "leases", "coordination.k8s.io", "lease", "", "other"),
     ("update", "leases", "coordination.k8s.io", "kube-system", "", "fgpu-scheduler"),
     ("patch", "gpunodes", "fgpu.io", False, "", "n"), ("delete", "gpunodes", "fgpu.io", False, "", "n"),

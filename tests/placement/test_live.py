@@ -259,3 +259,25 @@ def test_preempt_releases_the_victims_and_holds_their_room_for_the_preemptor():
     assert lc.preempt("high", share(600), 1000, priority) == (allocation, ())  # no second preemption
     assert "no pod of lower priority" in str(lc.preempt("peer2", share(600), 1000, priority))
     assert "preemptionPolicy is Never" in str(lc.preempt("polite", share(600), 2000, priority, policy="Never"))
+
+
+def test_preempt_places_a_multi_gpu_preemptor_by_its_own_policy_not_the_cluster_default():
+    """The CPU is what is short (a low-priority CPU-only pod holds it); once it goes, three GPUs could take
+    the preemptor's two shares: binpack takes the fullest two, spread the emptiest two."""
+    def scene():
+        lc = live(NodeSpec("a", 4000, 128 * GIB_MIB, 3, "H100", max_pods=110,
+                           gpus=tuple(GpuInfo(f"GPU-a-{i}", "H100") for i in range(3))))
+        lc.restore("cpu", Request("cpu", 3500), "a")
+        lc.restore("peer0", share(200), "a", ("GPU-a-0",))
+        lc.restore("peer2", share(500), "a", ("GPU-a-2",))
+        return lc
+    two = Request("p", 1000, num_gpu=2, gpu_milli=300)
+    priority = {"cpu": 0, "peer0": 1000, "peer2": 1000}
+    assert isinstance(scene().schedule("high", two), Unschedulable)
+    picked = {}
+    for policy in ("binpack", "spread"):
+        allocation, victims = scene().preempt("high", two, 1000, priority, node_policy=policy)
+        assert victims == ("cpu",)
+        picked[policy] = set(allocation.gpus)
+    assert picked == {"binpack": {"GPU-a-0", "GPU-a-2"}, "spread": {"GPU-a-0", "GPU-a-1"}}
+    assert scene().preempt("high", two, 1000, priority)[0].gpus == ("GPU-a-0", "GPU-a-2")  # cluster default

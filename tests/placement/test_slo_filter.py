@@ -152,3 +152,41 @@ def test_preemption_may_evict_the_co_runner_that_breaks_the_slo():
     assert isinstance(framework(c).schedule(protected("ml/serve", 300)), Unschedulable)
     plan = plan_preemption(c, protected("ml/serve", 300), 1000, running)
     assert isinstance(plan, Candidate) and [v.key for v in plan.victims] == ["ml/train"]
+
+
+def test_model_error_is_the_largest_residual_of_the_co_location_checks():
+    import json
+    from pathlib import Path
+
+    from fgpu_operator.placement.slo import MODEL_ERROR
+
+    data = json.loads((Path(__file__).parents[2] / "bench" / "data" / "colocation_residuals.json").read_text())
+    assert pytest.approx(max(e for errors in data["datasets"].values() for e in errors), abs=1e-5) == MODEL_ERROR
+    assert default_model().error == MODEL_ERROR and SloModel(error=0.0).error == 0.0
+
+
+def _within_bound_but_not_with_the_error() -> int:
+    """A best-effort share (milli, duty = its share) that keeps a protected 0.3 share within 1.2 by the model,
+    but not with the model's error allowed: found from the model, not picked."""
+    m = default_model()
+    for milli in range(10, 700, 10):
+        s = m.slowdowns("H100", "fractional", [Tenant(0.3, True), Tenant(milli / 1000, False)])[0]
+        if s <= 1.2 < 1 + (s - 1) * (1 + m.error):
+            return milli
+    raise AssertionError("no share lands between the bound and the bound with the model's error")
+
+
+def test_gpus_with_margin_for_the_model_error_come_first_and_the_bound_is_the_last_resort():
+    milli = _within_bound_but_not_with_the_error()
+    c = h100s(2)
+    c.reserve(protected("ml/serve", 300), 0, (0,))
+    fw = framework(c, "binpack")  # binpack alone would join the protected pod's GPU (the fuller one)
+    placed = fw.schedule(best_effort("ml/a", milli))
+    assert placed.node == 1  # the bound holds on n0 too, but only by trusting the model
+    c.reserve(best_effort("ml/fill", 1000 - milli, guard=False), 1, (0,))  # n1 is full now
+    placed = fw.schedule(best_effort("ml/b", milli))
+    assert not isinstance(placed, Unschedulable) and placed.node == 0  # within the bound: placed, not refused
+    bare = h100s(2)
+    bare.plugin_state["slo_model"] = SloModel(error=0.0)  # no allowance: the policy's own choice
+    bare.reserve(protected("ml/serve", 300), 0, (0,))
+    assert framework(bare, "binpack").schedule(best_effort("ml/a", milli)).node == 0
