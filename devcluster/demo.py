@@ -241,7 +241,7 @@ class Demo:
                                        else f"   (UNEXPECTED: the example says {expect})"), flush=True)
         self.save()
 
-    def state(self, name: str) -> tuple[str, str | None]:
+    def pod_state(self, name: str) -> tuple[str, str | None]:
         """(running | unschedulable | waiting | gone, node or reason) of one example pod now."""
         from kubernetes.client.rest import ApiException
 
@@ -267,7 +267,7 @@ class Demo:
                 if self.facts["pods"][e.name]["outcome"] == "admitted"}
 
         def states():
-            return {name: self.state(name) for name in want}
+            return {name: self.pod_state(name) for name in want}
 
         deadline = time.monotonic() + SETTLE_S
         while (seen := states()) and any(seen[n][0] != w for n, w in want.items()) and time.monotonic() < deadline:
