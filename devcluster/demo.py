@@ -21,18 +21,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import io
 import json
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
-import yaml
-
-from devcluster import cluster, fgpu, install, pidfiles
+from devcluster import cluster, examples, fgpu, install, pidfiles, qos
 from devcluster.kubeplane import ComponentError, free_port
 from devcluster.polling import WaitTimeout, wait_until
 from devcluster.prometheus import pod_scrape_configs, start_prometheus
@@ -42,7 +42,7 @@ STATE = REPO / "out" / "demo"
 EXAMPLES = REPO / "deploy" / "examples" / "pods"
 VALUES = REPO / "deploy" / "values" / "devcluster.yaml"
 NAMESPACE = "default"
-EXPECT = "examples.fgpu.io/expect"
+SETTLE_S = 180  # how long a round of examples may take to end as they say
 KEPT = ("logs", "report")  # what `down` leaves in the state directory
 # the KWOK nodes' GPUs (the scheduler's view at scale: KWOK only pretends to run their pods)
 KWOK_POOL = {"version": "v1", "gpus": [{"model": "A100-80GB", "count": 4, "sharing": "fractional"}],
@@ -68,15 +68,6 @@ def down(state: Path, say=print) -> list[str]:
                 else:
                     entry.unlink(missing_ok=True)
     return left
-
-
-def first_comment(path: Path) -> str:
-    lines = []
-    for line in path.read_text().splitlines():
-        if not line.startswith("#"):
-            break
-        lines.append(line.lstrip("# ").strip())
-    return " ".join(lines)
 
 
 def as_submitted(pod: dict) -> dict:
@@ -106,6 +97,33 @@ def kwok_gpu_annotations(name: str) -> tuple[dict[str, str], dict[str, str]]:
     resources = discover(cfg, name)
     inv = inventory(cfg, name, cfg.gpu_devices(name), resources, {})
     return {r.name: str(len(r.slots)) for r in resources}, inventory_annotation(inv)
+
+
+class PodWatch:
+    """Every condition the matching pods carried, by pod and type, as a watch saw them: a preempted pod's
+    DisruptionTarget lasts only while it terminates, so a later read would miss it."""
+
+    def __init__(self, core, namespace: str, selector: str):
+        from kubernetes import watch
+
+        self.conditions: dict[str, dict[str, dict]] = {}
+        self._watch = watch.Watch()
+        start = core.list_namespaced_pod(namespace, label_selector=selector).metadata.resource_version
+
+        def run():
+            with contextlib.suppress(Exception):  # the watch ends with stop() or the cluster
+                for event in self._watch.stream(core.list_namespaced_pod, namespace, label_selector=selector,
+                                                resource_version=start, timeout_seconds=3600):
+                    pod = event["object"]
+                    for c in pod.status.conditions or []:
+                        self.conditions.setdefault(pod.metadata.name, {})[c.type] = {
+                            "status": c.status, "reason": c.reason, "message": c.message}
+
+        self._thread = threading.Thread(target=run, name="example-pod-watch", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._watch.stop()
 
 
 class Demo:
@@ -171,58 +189,119 @@ class Demo:
 
     # -- 2. the example pods ----------------------------------------------------------------------------
     def examples(self) -> None:
+        """Apply the examples in rounds (a pod after the pods its `examples.fgpu.io/after` names run), each
+        round settled before the next; then say what was preempted."""
+        try:
+            classes, pods = examples.load(EXAMPLES, self.pod_names)
+            rounds = examples.waves(pods)
+        except examples.ExampleError as e:
+            raise DemoError(str(e)) from None
+        self.examples_ = {e.name: e for e in pods}
+        if classes:
+            from kubernetes import client
+
+            sched = client.SchedulingV1Api(self.api)
+            for pc in classes:
+                sched.create_priority_class(pc)
+            self.say("PriorityClasses the examples name: " + ", ".join(
+                f"{pc['metadata']['name']} ({pc['value']})" for pc in classes))
+        self.watch = PodWatch(self.core, NAMESPACE, "app.kubernetes.io/part-of=fgpu-examples")
+        created: list[examples.Example] = []
+        try:
+            for i, round_ in enumerate(rounds):
+                if i:
+                    self.say("applying, now that " + ", ".join(sorted({n for e in round_ for n in e.after}))
+                             + " run:")
+                else:
+                    self.say(f"applying {len(round_)} example pods from deploy/examples/pods (namespace "
+                             f"{NAMESPACE}):")
+                for example in round_:
+                    self.create(example)
+                created += round_
+                self.settle(created)
+        finally:
+            self.watch.stop()
+        self.preempted()
+
+    def create(self, example: examples.Example) -> None:
         from kubernetes.client.rest import ApiException
 
-        files = sorted(EXAMPLES.glob("*.yaml"))
-        if self.pod_names:
-            files = [f for f in files if f.stem in self.pod_names]
-        self.say(f"applying {len(files)} example pods from deploy/examples/pods (namespace {NAMESPACE}):")
-        for path in files:
-            pod = yaml.safe_load(path.read_text())
-            name, expect = pod["metadata"]["name"], pod["metadata"]["annotations"][EXPECT]
-            self.facts["pods"][name] = {"expect": expect}
-            print(f"  {name}: {first_comment(path)}", flush=True)
-            try:
-                self.core.create_namespaced_pod(NAMESPACE, as_submitted(pod))
-            except ApiException as e:
-                outcome = f"denied by fgpu's webhook: {api_message(e)}"
-                self.facts["pods"][name]["outcome"] = "denied"
-                self.facts["pods"][name]["message"] = api_message(e)
-            else:
-                outcome = "admitted"
-                self.facts["pods"][name]["outcome"] = "admitted"
-            print(f"      -> {outcome}" + ("" if (outcome != "admitted") == (expect == "denied")
-                                           else f"   (UNEXPECTED: the example says {expect})"), flush=True)
+        name, expect = example.name, example.expect
+        self.facts["pods"][name] = {"expect": expect}
+        print(f"  {name}: {example.about}", flush=True)
+        try:
+            self.core.create_namespaced_pod(NAMESPACE, as_submitted(copy.deepcopy(example.manifest)))
+        except ApiException as e:
+            outcome = f"denied by fgpu's webhook: {api_message(e)}"
+            self.facts["pods"][name].update(outcome="denied", message=api_message(e))
+        else:
+            outcome = "admitted"
+            self.facts["pods"][name]["outcome"] = "admitted"
+        print(f"      -> {outcome}" + ("" if (outcome != "admitted") == (expect == "denied")
+                                       else f"   (UNEXPECTED: the example says {expect})"), flush=True)
         self.save()
 
-    def settle(self) -> None:
-        """Wait until each admitted pod runs on a node or is parked as unschedulable."""
-        admitted = [n for n, p in self.facts["pods"].items() if p["outcome"] == "admitted"]
+    def pod_state(self, name: str) -> tuple[str, str | None]:
+        """(running | unschedulable | waiting | gone, node or reason) of one example pod now."""
+        from kubernetes.client.rest import ApiException
+
+        try:
+            pod = self.core.read_namespaced_pod(name, NAMESPACE)
+        except ApiException as e:
+            if e.status == 404:
+                return "gone", None
+            raise
+        scheduled = next((c for c in pod.status.conditions or [] if c.type == "PodScheduled"), None)
+        if pod.metadata.deletion_timestamp is not None:
+            return "gone" if pod.status.phase != "Running" else "terminating", pod.spec.node_name
+        if pod.status.phase == "Running":
+            return "running", pod.spec.node_name
+        if scheduled is not None and scheduled.status == "False" and scheduled.reason == "Unschedulable":
+            return "unschedulable", scheduled.message
+        return "waiting", pod.spec.node_name or pod.status.phase
+
+    def settle(self, created: list[examples.Example]) -> None:
+        """Wait until each admitted pod is as its example says it ends (Running, parked as unschedulable, gone
+        after its preemption), up to SETTLE_S; what each pod is then is recorded either way."""
+        want = {e.name: examples.end_state(e, created) for e in created
+                if self.facts["pods"][e.name]["outcome"] == "admitted"}
 
         def states():
-            out = {}
-            for name in admitted:
-                pod = self.core.read_namespaced_pod(name, NAMESPACE)
-                conditions = {c.type: c for c in pod.status.conditions or []}
-                scheduled = conditions.get("PodScheduled")
-                if pod.status.phase == "Running":
-                    out[name] = ("running", pod.spec.node_name)
-                elif scheduled is not None and scheduled.status == "False" and scheduled.reason == "Unschedulable":
-                    out[name] = ("unschedulable", scheduled.message)
-                else:
-                    out[name] = ("waiting", pod.spec.node_name or pod.status.phase)
-            return out
+            return {name: self.pod_state(name) for name in want}
 
-        seen = wait_until(lambda: (s := states()) and all(v[0] != "waiting" for v in s.values()) and s, 180,
-                          "every admitted pod to run or be parked as unschedulable", interval=0.5, show=states)
+        deadline = time.monotonic() + SETTLE_S
+        while (seen := states()) and any(seen[n][0] != w for n, w in want.items()) and time.monotonic() < deadline:
+            time.sleep(0.5)
         for name, (state, where) in seen.items():
             self.facts["pods"][name].update(state=state, node=where if state == "running" else None,
                                             reason=where if state == "unschedulable" else None)
+            if state != want[name]:
+                print(f"  UNEXPECTED: {name} is {state} ({where}) after {SETTLE_S} s; the example says it ends "
+                      f"{want[name]}", flush=True)
         self.save()
         running = sum(s == "running" for s, _ in seen.values())
         self.say(f"{running} pods placed by fgpu (the time-sliced replica by kube-scheduler), their devices "
                  f"allocated by the chart's device plugin and their containers started by the real kubelet; "
-                 f"{len(seen) - running} Pending")
+                 f"{sum(s == 'unschedulable' for s, _ in seen.values())} Pending, "
+                 f"{sum(s == 'gone' for s, _ in seen.values())} preempted")
+
+    def preempted(self) -> None:
+        """Each victim's DisruptionTarget condition (seen by the watch while it terminated) and its Preempted
+        Event, which names the preemptor."""
+        for name, example in self.examples_.items():
+            if example.expect != "preempted" or name not in self.facts["pods"]:
+                continue
+            condition = self.watch.conditions.get(name, {}).get("DisruptionTarget")
+            events = self.core.list_namespaced_event(
+                NAMESPACE, field_selector=f"involvedObject.name={name},reason=Preempted").items
+            event = events[-1].message if events else None
+            self.facts["pods"][name]["preempted"] = {"condition": condition, "event": event}
+            self.say(f"{name} was preempted (`kubectl get events --field-selector involvedObject.name={name}`):")
+            print(f"    Event Preempted: {event or '(none)'}", flush=True)
+            print("    condition DisruptionTarget: " + (
+                f"{condition['status']}, {condition['reason']}: {condition['message']}" if condition else "(not seen)"),
+                flush=True)
+        self.save()
 
     def inspect(self, *args: str) -> str:
         from fgpu_operator.cli import main
@@ -267,6 +346,33 @@ class Demo:
             if len(lines) > 1:
                 print(f"      {lines[-1]}", flush=True)
             self.facts["pods"][name]["output"] = lines[-2:]
+        self.save()
+
+    def qos(self) -> None:
+        """The QoS board's SLO attainment of every protected example pod, and that every best-effort one is placed
+        (issue 35's demo target), from the demo's own Prometheus."""
+        from fgpu_operator.observe.prom import PromError, Prometheus
+
+        prom = Prometheus(self.prom_url)
+        pods = [p for p in self.core.list_namespaced_pod(NAMESPACE, label_selector="app.kubernetes.io/part-of="
+                                                          "fgpu-examples").items if p.status.phase == "Running"]
+        protected = [n for n, (prot, _, _) in qos.classes(pods).items() if prot]
+
+        def measured():
+            rows = qos.measure(prom, pods)
+            have = {r.pod for r in rows if r.attainment is not None}
+            return rows if all(n in have for n in protected) else None
+
+        try:
+            rows = wait_until(measured, 60, "every protected pod's SLO attainment on the QoS board", interval=2)
+        except WaitTimeout:
+            rows = qos.measure(prom, pods)
+        except PromError as e:
+            raise DemoError(f"reading the QoS board from Prometheus: {e}") from None
+        self.say(f"the QoS board's \"SLO attainment\" panel now (its query: {qos.panel_query()}; each pod's "
+                 f"attainment since its workload started, target >= {qos.TARGET:.0%} for protected pods):")
+        self.show(qos.table(rows))
+        self.facts["qos"] = qos.facts(rows)
         self.save()
 
     def burst(self) -> None:
@@ -344,10 +450,10 @@ class Demo:
         self.kwok_gpus()
         self.save()
         self.examples()
-        self.settle()
         self.prometheus()
         self.where()
         self.workloads()
+        self.qos()
         self.burst()
         self.draw()
         self.replay()

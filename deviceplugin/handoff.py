@@ -8,7 +8,11 @@ watches deliver in the same order) whose next unallocated container asks for as 
 has; it records the containers it allocated in `fgpu.io/allocated` so a plugin restart does not hand the same
 one out twice. Not the oldest assignment: binds run concurrently, so the scheduler's decision order is not the
 order pods reach the kubelet, and a share matched out of the kubelet's order lands in another pod's container.
-A terminating pod is never admitted by the kubelet, so never matched.
+A terminating pod is never admitted by the kubelet, so never matched. Only containers whose assigned devices are
+GPUs the Allocate's resource shares out are candidates: a pod given a MIG instance or an exclusive GPU carries an
+assignment too, but its Allocate comes through that device's own resource (the device IDs say everything) and
+never consumes the hand-off, so without the check it would stay at the head of the line and the next share's
+Allocate would take it (each later pod then starting with the previous pod's share).
 
 With a hand-off key, only a pod whose assignment carries the scheduler's signature is handed anything
 (fgpu_contracts.signature): an unsigned or edited pod at the head of the line is the one the kubelet is
@@ -84,14 +88,16 @@ Verify = Callable[[PodView, str], "str | None"]
 
 def find_assignment(pods: Iterable[PodView], node: str, device_count: int,
                     taken: set[tuple[str, str]] = frozenset(), verify: Verify | None = None,
-                    refused: Mapping[tuple[str, str], tuple[str, str]] | None = None) -> Match | None:
+                    refused: Mapping[tuple[str, str], tuple[str, str]] | None = None,
+                    shared: frozenset[str] | None = None) -> Match | None:
     """The container an Allocate of `device_count` devices is for: among the assigned, pending, not terminating
     pods on `node`, the first in the kubelet's order (PodView.order) whose first not-yet-allocated container has
     `device_count` devices. `taken` holds (pod uid, container) pairs this plugin allocated but may not have
     recorded on the pod yet; `refused` maps (pod uid, container) to the hand-off (PodView.handoff) already
     refused for it, passed over while unchanged. Unparseable annotations are skipped (the pod then never
     matches; the operator's validation is the place to reject them). With `verify`, the match says in
-    `refused` why its hand-off is not the scheduler's."""
+    `refused` why its hand-off is not the scheduler's. With `shared` (the UUIDs of the GPUs the Allocate's
+    resource shares out), a container assigned any device outside it is not this Allocate's."""
     best: tuple[tuple, PodView, ContainerAssignment, Assignment] | None = None
     for pod in pods:  # one pass, no sort: Allocate runs this on every call with ~100 pods
         if pod.node_name != node or not pod.admissible or ASSIGNMENT not in pod.annotations:
@@ -109,6 +115,8 @@ def find_assignment(pods: Iterable[PodView], node: str, device_count: int,
         first = next((c for c in assignment.containers
                       if c.name not in done and (pod.uid, c.name) not in taken), None)
         if first is None or len(first.devices) != device_count:
+            continue
+        if shared is not None and any(d.uuid not in shared for d in first.devices):
             continue
         if refused and refused.get((pod.uid, first.name)) == pod.handoff():
             continue

@@ -115,6 +115,7 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         self.resource = resource
         self.shared = shared
         self.closed = threading.Event()
+        self._gpus = frozenset(slot.device_uuid for slot in resource.slots)  # the GPUs it shares out
 
     def options(self) -> api_pb2.DevicePluginOptions:
         return api_pb2.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
@@ -232,7 +233,8 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
             live = {p.uid for p in pods}
             shared.taken.intersection_update({t for t in shared.taken if t[0] in live})
             shared.refused = {k: v for k, v in shared.refused.items() if k[0] in live}
-        return find_assignment(pods, shared.ctx.node_name, len(ids), shared.taken, self._verify, shared.refused)
+        return find_assignment(pods, shared.ctx.node_name, len(ids), shared.taken, self._verify, shared.refused,
+                               self._gpus)
 
     def _verify(self, pod: PodView, node: str) -> str | None:
         key = self.shared.ctx.handoff_key

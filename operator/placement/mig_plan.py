@@ -282,7 +282,9 @@ def _plan_node(cluster, request, node, held, frozen, demand, name_instance, reas
     free = [u for u, (n, p, ok) in cluster.mig_slots.items()
             if n == node and p == request.mig_profile and ok and u not in cluster.mig_taken]
     need = request.num_gpu - len(free)
-    layouts = {j: list(g.mig) for j, g in enumerate(spec.gpus) if g.mig_dynamic}
+    allowed = cluster.model_mask(request)  # a pod that names GPU models is re-laid only onto those
+    layouts = {j: list(g.mig) for j, g in enumerate(spec.gpus)
+               if g.mig_dynamic and (allowed is None or allowed[node, j])}
     changed: dict[int, tuple[list[MigSlot], list[MigSlot]]] = {}  # gpu -> (destroyed, created)
     taken = set(held) | set(free)  # the free instances it will take must stay too
     lost = destroyed = 0

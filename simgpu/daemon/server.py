@@ -116,14 +116,16 @@ async def serve(config_path: str, socket_path: str, *, metrics_port: int | None 
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+    # the socket first: the rest of the shutdown (every context ended, gRPC's grace, the metrics server) can
+    # outlast a pod's grace period on a loaded host, and a SIGKILL then left the socket behind on the node
+    with contextlib.suppress(FileNotFoundError):
+        Path(socket_path).unlink()
     runtime.stop()
     for task in tasks:
         task.cancel()
     await server.stop(grace=1.0)
     if http is not None:
         http.shutdown()
-    with contextlib.suppress(FileNotFoundError):
-        Path(socket_path).unlink()
 
 
 def run(config_path: str, socket_path: str, **kwargs) -> int:

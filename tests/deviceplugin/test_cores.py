@@ -264,3 +264,20 @@ def test_allocate_refuses_a_forged_or_unsigned_assignment_and_hands_out_the_sign
     alloc = allocate_assignment(res, [res.slots[0].id], find_assignment([given], "n1", 1, verify=handoff_verify),
                                 ctx, devices)
     assert alloc.envs["CUDA_DEVICE_SM_LIMIT"] == "20" and alloc.grants[0].mem_limit_bytes == 2 << 30
+
+
+def test_find_assignment_passes_over_a_pod_whose_device_another_resource_allocates():
+    """A MIG pod's assignment is never consumed by a share's Allocate (its own comes through the MIG resource):
+    the share's Allocate goes to the next pod, which the kubelet is admitting."""
+    cfg = parse_node_config({"version": "v1", "migStrategy": "mixed", "gpus": [
+        {"model": "A100-80GB", "sharing": "fractional"}, {"model": "H100", "mig": {"layout": "all-1g.10gb"}}]})
+    res = next(r for r in discover(cfg, "n1") if r.fractional)
+    gpu = cfg.gpu_devices("n1")[0].uuid
+    mig = next(u for u in node_devices(cfg, "n1") if u.startswith("MIG-"))
+    first = pod("mig", [("m", mig, None, None)], at="2026-01-01T00:00:01Z")
+    second = pod("share", [("s", gpu, 1 << 30, 10)], at="2026-01-01T00:00:02Z")
+    shared = frozenset(s.device_uuid for s in res.slots)
+    assert find_assignment([first, second], "n1", 1).pod.name == "mig"  # without the check: the wrong pod
+    match = find_assignment([first, second], "n1", 1, shared=shared)
+    assert (match.pod.name, match.container.devices[0].uuid) == ("share", gpu)
+    assert find_assignment([first], "n1", 1, shared=shared) is None

@@ -1,9 +1,11 @@
 """`make demo` (devcluster/demo.py) run as a user runs it, shortened (no report, no simulate): the chart installed
 onto `make cluster-up`'s cluster, every example pod of deploy/examples/pods ending as its
 `examples.fgpu.io/expect` annotation and the README say (admitted pods Running on the real node, their
-containers' workloads reporting throughput from the node's daemon pod; the one that cannot fit Pending with
-fgpu's reason; the invalid one denied by the webhook, naming the field), the burst placed on the KWOK nodes, and
-`demo down` leaving no process, pod or socket behind."""
+containers' workloads reporting throughput from the node's daemon pod on the device assigned to them; the one
+that cannot fit Pending with fgpu's reason; the invalid one denied by the webhook, naming the field; the
+preemption victim evicted by the preemptor with DisruptionTarget and a Preempted Event), every protected example
+pod at >= 95% SLO attainment on the QoS board's panel, the burst placed on the KWOK nodes, and `demo down`
+leaving no process, pod or socket behind."""
 from __future__ import annotations
 
 import json
@@ -15,7 +17,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
-import yaml
+from kubernetes.client.rest import ApiException
+
+from devcluster.examples import load
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
@@ -63,15 +67,27 @@ def test_demo_places_every_example_as_the_readme_says_and_down_leaves_nothing(te
             core = client.CoreV1Api(api)
             chart = core.list_namespaced_pod("fgpu-system").items
             assert chart and all(p.spec.node_name == NODE and p.status.phase == "Running" for p in chart)
-            for path in sorted(EXAMPLES.glob("*.yaml")):
-                manifest = yaml.safe_load(path.read_text())
-                name, expect = manifest["metadata"]["name"], manifest["metadata"]["annotations"][
-                    "examples.fgpu.io/expect"]
+            _, examples = load(EXAMPLES)
+            for example in examples:
+                name, expect = example.name, example.expect
                 seen = facts["pods"][name]
                 if expect == "denied":
                     assert seen["outcome"] == "denied", (name, seen)
                     assert "denied the request: metadata.annotations[fgpu.io/gpu-fraction]: '1.5'" in seen["message"]
                     assert f"{name} was refused by the webhook" in up.stdout
+                    continue
+                if expect == "preempted":
+                    # evicted by the later example that needs its device, as kube-scheduler evicts: the
+                    # condition while it terminated, the Event naming the preemptor, then gone
+                    assert seen["state"] == "gone", (name, seen)
+                    with pytest.raises(ApiException) as err:
+                        core.read_namespaced_pod(name, "default")
+                    assert err.value.status == 404
+                    (preemptor,) = [e.name for e in examples if name in e.after]
+                    assert seen["preempted"]["event"].startswith(f"Preempted by pod default/{preemptor} ("), seen
+                    cond = seen["preempted"]["condition"]
+                    assert (cond["status"], cond["reason"]) == ("True", "PreemptionByScheduler"), cond
+                    assert f"{name} was preempted" in up.stdout
                     continue
                 pod = core.read_namespaced_pod(name, "default")
                 if expect == "unschedulable":
@@ -83,9 +99,29 @@ def test_demo_places_every_example_as_the_readme_says_and_down_leaves_nothing(te
                 assert expect == "admitted", (name, expect)
                 assert pod.status.phase == "Running", (name, pod.status.phase)
                 assert pod.spec.node_name == NODE, (name, pod.spec.node_name)
-                # the pod's own container ran its workload against the node's daemon pod, and reported
+                # the pod's own container ran its workload against the node's daemon pod, on the device the
+                # scheduler assigned to this pod (not another pod's), and reported
                 log = core.read_namespaced_pod_log(name, "default", container="main")
                 assert "simgpu run: resnet" in log and " it/s emulated" in log, (name, log[-1500:])
+                assignment = (pod.metadata.annotations or {}).get("fgpu.io/assignment")
+                if assignment:
+                    for uuid in {d["uuid"] for c in json.loads(assignment)["containers"] for d in c["devices"]}:
+                        assert uuid in log.splitlines()[0], (name, uuid, log.splitlines()[0])
+            # issue 35's demo target, from the QoS board's own panel in the demo's Prometheus: every protected
+            # example pod at or above 95% SLO attainment over its run; every best-effort one placed
+            measured = facts["qos"]
+            running = {e.name for e in examples if e.expect == "admitted"}
+            protected = {n for n, q in measured.items() if q["protected"]}
+            asked = {e.name for e in examples
+                     if e.manifest["metadata"]["annotations"].get("fgpu.io/priority") == "high"}
+            assert asked and asked <= protected, (asked, measured)
+            assert {n: measured[n]["attainment"] for n in protected
+                    if not (measured[n]["attainment"] or 0) >= 0.95} == {}, measured
+            # at least 20 evaluations (1 s of its work), so one violation already shows below 95%
+            assert all(measured[n]["evaluations"] >= 20 for n in protected), measured
+            best_effort = {n for n, q in measured.items() if not q["protected"]}
+            assert best_effort and best_effort <= running, (best_effort, measured)
+            assert "the QoS board's \"SLO attainment\" panel now" in up.stdout
             burst = core.list_namespaced_pod("default", label_selector="app.kubernetes.io/part-of=fgpu-demo-burst")
             assert burst.items and all(p.spec.node_name.startswith("kwok-node-") for p in burst.items)
         assert "where each pod went, as `fgpu inspect` shows it" in up.stdout

@@ -86,6 +86,18 @@ def test_count_limits_and_frozen_gpus_and_static_gpus_are_respected():
     assert isinstance(plan_relayout(c, mig_request("p", "3g.40gb")), NoRelayout)
 
 
+def test_a_pod_naming_gpu_models_is_relaid_only_onto_those():
+    # One node: a dynamic H100 and a dynamic A100-80GB, both seven idle 1g.10gb; a 3g.40gb fits either.
+    gpus = (GpuInfo("m-gpu0", "A100-80GB", mig=sevens("m-gpu0"), mig_dynamic=True),
+            GpuInfo("m-gpu1", "H100", mig=sevens("m-gpu1"), mig_dynamic=True))
+    c = Cluster([NodeSpec("m", 64000, 262144, 2, "H100", gpus=gpus)])
+    for model, gpu in (("H100", 1), ("A100-80GB", 0)):
+        plan = plan_relayout(c, Request("p", 1000, 1024, num_gpu=1, mig_profile="3g.40gb", gpu_models=(model,)))
+        assert isinstance(plan, Relayout) and [ch.gpu for ch in plan.changes] == [gpu], model
+    assert isinstance(plan_relayout(c, Request("p", 1000, 1024, num_gpu=1, mig_profile="3g.40gb",
+                                               gpu_models=("L4",))), NoRelayout)
+
+
 def test_two_instances_on_one_node_may_take_two_gpu_changes():
     c = Cluster([node("a", sevens("a-gpu0"), sevens("a-gpu1"))])
     plan = plan_relayout(c, mig_request("p", "4g.40gb", 2))
