@@ -3,7 +3,8 @@
 deploy/values/quickstart.yaml, each node's inventory made by the device plugin's own code from the pool's
 node config. `admitted` pods are normalised by the mutating webhook and then all placed together (they
 must fit side by side, as `make kind-up` applies them all); `unschedulable` ones are admitted but cannot be
-placed; `denied` ones are refused with a reason naming the field."""
+placed; `denied` ones are refused with a reason naming the field; a `preempted` one is placed, and the pod that
+names it in `examples.fgpu.io/after` takes its room by preemption where nothing else fits."""
 from __future__ import annotations
 
 import copy
@@ -16,25 +17,31 @@ from fgpu_operator.controller import webhook
 from fgpu_operator.controller.translate import core_request, gpu_request, guards_slo, node_spec
 from fgpu_operator.placement.live import Allocation, LiveCluster
 
+from devcluster.examples import OUTCOMES, Example
+from devcluster.examples import load as load_examples
 from fgpu_contracts import keys
 
 ROOT = Path(__file__).resolve().parents[2]
 PODS = ROOT / "deploy" / "examples" / "pods"
 QUICKSTART = ROOT / "deploy" / "values" / "quickstart.yaml"
 EXPECT = "examples.fgpu.io/expect"
-OUTCOMES = ("admitted", "unschedulable", "denied")
+#: The PriorityClasses the examples define, by name: their value (Kubernetes' admission copies it to the pod).
+PRIORITY_CLASSES = {d["metadata"]["name"]: d["value"] for d in load_examples(PODS)[0]}
 #: The request forms the examples must cover (the issue's list), by the webhook's source of each request.
 FORMS = {"fgpu", "nvidia", "hami", "kubeshare", "kai", "aliyun"}
 #: Examples the webhook leaves alone (time-sliced replicas are counted resources, not shares fgpu places).
 PASSED_THROUGH = {"timeslice-replica"}
 
 
-def examples() -> list[Path]:
-    return sorted(PODS.glob("*.yaml"))
+def examples() -> list[Example]:
+    """Every example pod, read as `make demo` reads them (a file may also hold the PriorityClasses it uses)."""
+    return load_examples(PODS)[1]
 
 
 def load(path: Path) -> dict:
-    return yaml.safe_load(path.read_text())
+    """The one example pod of a file."""
+    (pod,) = [e.manifest for e in examples() if e.path == path]
+    return pod
 
 
 def quickstart_nodes() -> list[dict]:
@@ -110,57 +117,60 @@ def admit(pod: dict, live: LiveCluster) -> dict:
 
 def test_each_example_says_what_should_happen_and_all_forms_and_outcomes_are_there():
     seen_outcomes, seen_forms = set(), set()
-    for path in examples():
-        pod = load(path)
-        assert pod["kind"] == "Pod" and pod["metadata"]["name"] == path.stem, path.name
-        expect = pod["metadata"].get("annotations", {}).get(EXPECT)
-        assert expect in OUTCOMES, f"{path.name}: {EXPECT} is {expect!r}, not one of {OUTCOMES}"
-        assert path.read_text().startswith("# "), f"{path.name}: first line should say what it shows"
-        seen_outcomes.add(expect)
+    for e in examples():
+        assert e.name == e.path.stem, e.path.name
+        assert e.path.read_text().startswith("# "), f"{e.path.name}: first line should say what it shows"
+        seen_outcomes.add(e.expect)
     assert seen_outcomes == set(OUTCOMES)
     live = LiveCluster(policy="fgpu")
-    for path in examples():
-        pod = load(path)
-        if pod["metadata"]["annotations"][EXPECT] != "denied" and path.stem not in PASSED_THROUGH:
-            seen_forms.add(gpu_request(admit(pod, live)).source)
+    for e in examples():
+        if e.expect != "denied" and e.name not in PASSED_THROUGH:
+            seen_forms.add(gpu_request(admit(e.manifest, live)).source)
     assert seen_forms >= FORMS, f"no example of {sorted(FORMS - seen_forms)}"
     priorities = {gpu_request(admit(load(PODS / f"priority-{p}.yaml"), live)).priority for p in ("high", "low")}
     assert priorities == {"high", "low"}
 
 
-@pytest.mark.parametrize("path", [p for p in examples() if load(p)["metadata"]["annotations"][EXPECT] == "denied"],
-                         ids=lambda p: p.stem)
-def test_denied_examples_are_refused_with_a_reason(path, cluster):
+@pytest.mark.parametrize("example", [e for e in examples() if e.expect == "denied"], ids=lambda e: e.name)
+def test_denied_examples_are_refused_with_a_reason(example, cluster):
     with pytest.raises(kopf.AdmissionError) as refused:
-        admit(load(path), cluster)
+        admit(example.manifest, cluster)
     assert refused.value.code == 400
     assert str(refused.value).startswith("metadata.annotations[")  # names the field
 
 
 def test_admitted_examples_all_fit_the_quickstart_cluster_together_and_the_unfit_one_does_not(cluster):
     placed: dict[str, str] = {}
-    for path in examples():
-        pod = load(path)
-        expect = pod["metadata"]["annotations"][EXPECT]
-        if expect == "denied":
+    priority = {e.name: PRIORITY_CLASSES.get(e.manifest["spec"].get("priorityClassName"), 0) for e in examples()}
+    preempted = {e.name for e in examples() if e.expect == "preempted"}
+    for e in examples():
+        if e.expect == "denied":
             continue
-        admitted = admit(pod, cluster)
+        admitted = admit(e.manifest, cluster)
         request = gpu_request(admitted)
-        if path.stem in PASSED_THROUGH:  # counted replicas: the default scheduler's, by the same fit rule
-            assert request is None and admitted == pod, f"{path.name}: changed by the webhook"
+        if e.name in PASSED_THROUGH:  # counted replicas: the default scheduler's, by the same fit rule
+            assert request is None and admitted == e.manifest, f"{e.path.name}: changed by the webhook"
         else:
-            assert admitted["spec"]["schedulerName"] == keys.SCHEDULER_NAME, path.name
-            assert request is not None, f"{path.name}: the webhook wrote no {keys.REQUEST}"
+            assert admitted["spec"]["schedulerName"] == keys.SCHEDULER_NAME, e.path.name
+            assert request is not None, f"{e.path.name}: the webhook wrote no {keys.REQUEST}"
         core = core_request(admitted, request, guard_slo=guards_slo(request, "fgpu"))
-        outcome = cluster.schedule(path.stem, core)
+        outcome = cluster.schedule(e.name, core)
         if not isinstance(outcome, Allocation) and core.is_mig:
-            outcome = relaid(cluster, path.stem, core) or outcome
-        if expect == "admitted":
-            assert isinstance(outcome, Allocation), f"{path.name}: {outcome}"
-            placed[path.stem] = outcome.node
+            outcome = relaid(cluster, e.name, core) or outcome
+        if not isinstance(outcome, Allocation) and set(e.after) & preempted:  # the operator's preemption
+            outcome = cluster.preempt(e.name, core, priority[e.name],
+                                      {uid: priority.get(uid, 0) for uid in cluster.allocations})
+            if isinstance(outcome, tuple):
+                outcome, victims = outcome
+                assert set(victims) <= preempted, f"{e.path.name} evicted {victims}"
+                for victim in victims:
+                    placed.pop(victim, None)
+        if e.expect in ("admitted", "preempted"):
+            assert isinstance(outcome, Allocation), f"{e.path.name}: {outcome}"
+            placed[e.name] = outcome.node
         else:
-            assert not isinstance(outcome, Allocation), f"{path.name} was placed on {outcome.node}"
+            assert not isinstance(outcome, Allocation), f"{e.path.name} was placed on {outcome.node}"
             assert "0/3 nodes are available" in str(outcome), outcome
     assert placed["mig-1g"] == "fgpu-worker2" and placed["timeslice-replica"] == "fgpu-worker3"
-    assert placed["fgpu-model"] == "fgpu-worker"
+    assert placed["fgpu-model"] == "fgpu-worker" and placed["preemption"] == "fgpu-worker2"
     assert cluster.violations() == []
