@@ -135,11 +135,24 @@ class ClaimPlan:
     claim_obj: Mapping = field(default_factory=dict, compare=False)
 
 
-def claim_names(pod: Mapping) -> list[tuple[str, str | None]]:
-    """(pod claim name, ResourceClaim name) for each of the pod's claims; None: not created yet."""
+def claim_names(pod: Mapping, owned: Mapping[tuple[str, str], str] | None = None) -> list[tuple[str, str | None]]:
+    """(pod claim name, ResourceClaim name) for each of the pod's claims; None: not created yet. `owned` maps
+    (pod uid, pod claim name) to the claim the controller-manager made (`owned_claim`): found as soon as the claim
+    is seen, one write before the pod's status names it."""
     spec, status = pod.get("spec") or {}, pod.get("status") or {}
     made = {s.get("name"): s.get("resourceClaimName") for s in status.get("resourceClaimStatuses") or ()}
-    return [(c.get("name", ""), c.get("resourceClaimName") or made.get(c.get("name"))) for c in spec.get("resourceClaims") or ()]
+    uid = (pod.get("metadata") or {}).get("uid", "")
+    return [(c.get("name", ""), c.get("resourceClaimName") or made.get(c.get("name"))
+             or (owned or {}).get((uid, c.get("name", "")))) for c in spec.get("resourceClaims") or ()]
+
+
+def owned_claim(claim: Mapping) -> tuple[str, str] | None:
+    """(pod uid, pod claim name) of a claim the controller-manager made from a pod's template: the pod is its
+    controlling owner and the annotation names the pod's claim, as the controller-manager itself finds it."""
+    meta = claim.get("metadata") or {}
+    name = (meta.get("annotations") or {}).get(names.POD_CLAIM_NAME)
+    owner = next((o for o in meta.get("ownerReferences") or () if o.get("kind") == "Pod" and o.get("controller")), None)
+    return (owner.get("uid", ""), name) if name and owner else None
 
 
 def _is_ours(cls: str) -> bool:
@@ -150,13 +163,14 @@ def _amount(value: object, where: str) -> Decimal:
     return parse_quantity(value, where)
 
 
-def claim_plan(pod: Mapping, claims: Mapping[tuple[str, str], Mapping]) -> ClaimPlan:
+def claim_plan(pod: Mapping, claims: Mapping[tuple[str, str], Mapping],
+               owned: Mapping[tuple[str, str], str] | None = None) -> ClaimPlan:
     """The pod's one GPU claim as a canonical request. Raises ClaimsNotReady while a claim is not created (or
     not seen yet), Unsupported for what fgpu-scheduler does not allocate."""
     meta = pod.get("metadata") or {}
     ns = meta.get("namespace", "")
     found = []
-    for pod_name, claim_name in claim_names(pod):
+    for pod_name, claim_name in claim_names(pod, owned):
         if claim_name is None:
             raise ClaimsNotReady(f"waiting for the ResourceClaim of spec.resourceClaims[{pod_name}] to be created")
         claim = claims.get((ns, claim_name))

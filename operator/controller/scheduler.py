@@ -91,6 +91,8 @@ class Scheduler:
         self.slices: dict[str, dict[str, dict]] = {}  # node -> its fgpu-dra ResourceSlices by name
         self.pools: dict[str, claims.DraPool] = {}  # node -> its fgpu-dra pool
         self.claims: dict[tuple[str, str], dict] = {}  # (namespace, name) -> ResourceClaim
+        self.owned_claims: dict[tuple[str, str], str] = {}  # (pod uid, pod claim name) -> its template's claim
+        self._protecting: dict[tuple[str, str], asyncio.Task] = {}  # claim -> its finalizer write in flight
         self.new_share_id: Callable[[], str] = lambda: str(uuidlib.uuid4())
 
     # --- watch events (synchronous: they only update memory) ---------------------------------------------
@@ -150,11 +152,52 @@ class Scheduler:
         """Claims: what a pending pod asks, and what a bound pod's claims hold (read back on restore)."""
         meta = obj.get("metadata") or {}
         key = (meta.get("namespace", ""), meta.get("name", ""))
+        owner = claims.owned_claim(obj)
         if kind == "DELETED":
             self.claims.pop(key, None)
+            if owner is not None:
+                self.owned_claims.pop(owner, None)
             return
         self.claims[key] = obj
+        if owner is not None:
+            self.owned_claims[owner] = key[1]
+            self._protect_early(key, obj, owner[0])
         self._retry_claim_waiters()
+
+    def _protect_early(self, key: tuple[str, str], claim: dict, uid: str) -> None:
+        """The delete-protection finalizer goes on a waiting pod's new claim as soon as it is seen, while the pod
+        waits for its turn: at the Binding only the status is left to write (one round trip, not two). A claim
+        with the finalizer and no allocation is one kube-scheduler also leaves when interrupted between its two
+        writes; the controller-manager removes the finalizer when the pod is gone."""
+        if (key in self._protecting or names.DELETE_PROTECTION in ((claim.get("metadata") or {}).get("finalizers") or ())
+                or (claim.get("status") or {}).get("allocation") or not self.is_leader()
+                or (uid not in self.parked and self.queue.get(uid) is None)):
+            return
+        self._spawn(self._add_finalizer(key), self._protecting, key)
+
+    async def _add_finalizer(self, key: tuple[str, str]):
+        """The finalizer, against the claim's resourceVersion; the claim as written goes to the cache."""
+        claim = self.claims.get(key)
+        if claim is None:
+            return None
+        meta = claim.get("metadata") or {}
+        finalizers = list(meta.get("finalizers") or ())
+        if names.DELETE_PROTECTION in finalizers:
+            return None
+        out = await self.api.request("PATCH", f"/apis/resource.k8s.io/v1/namespaces/{key[0]}/resourceclaims/{key[1]}",
+                                     body={"metadata": {"resourceVersion": meta.get("resourceVersion"),
+                                                        "finalizers": [*finalizers, names.DELETE_PROTECTION]}},
+                                     content_type=MERGE_PATCH)
+        if out.ok:
+            self._newer(key, out.body)
+        return out
+
+    def _newer(self, key: tuple[str, str], claim: dict) -> None:
+        """A claim our write returned: kept unless the watch brought a newer one meanwhile."""
+        have = self.claims.get(key)
+        rv = lambda c: int((c.get("metadata") or {}).get("resourceVersion") or 0)  # noqa: E731
+        if have is None or rv(claim) >= rv(have):
+            self.claims[key] = claim
 
     def _retry_claim_waiters(self) -> None:
         waiting = [uid for uid, e in self.parked.items() if e.claims_pending]
@@ -238,11 +281,11 @@ class Scheduler:
     def _restore_claimed(self, uid: str, pod: dict, node: str) -> None:
         """A bound pod with claims holds what its claims' allocations name in fgpu-owned pools (restart,
         another replica): learnt back, so the model never hands those devices out again."""
-        held = [h for _, name in claims.claim_names(pod) if name is not None
+        held = [h for _, name in claims.claim_names(pod, self.owned_claims) if name is not None
                 for h in [claims.allocated_devices(self.claims.get((pod["metadata"].get("namespace", ""), name),
                                                                    {}), self.pools)] if h is not None]
         try:
-            plan = claims.claim_plan(pod, self.claims)
+            plan = claims.claim_plan(pod, self.claims, self.owned_claims)
             core = translate.core_request(pod, plan.gpu_request if held else None, self.gpu_policy)
         except (claims.ClaimsNotReady, InputError):
             core = translate.core_request(pod, None)
@@ -305,7 +348,7 @@ class Scheduler:
         entry.claims_pending = False
         try:
             if (pod.get("spec") or {}).get("resourceClaims"):
-                plan = claims.claim_plan(pod, self.claims)
+                plan = claims.claim_plan(pod, self.claims, self.owned_claims)
                 request = plan.gpu_request
             policy = request.node_policy if request is not None else None
             guard = translate.guards_slo(request, policy or self.live.default_policy, self.slo_filter)
@@ -348,17 +391,17 @@ class Scheduler:
     async def _write_claim(self, plan: claims.ClaimPlan, allocation: Allocation, pod: dict):
         """PreBind: the delete-protection finalizer, then status.allocation + reservedFor, each against the
         claim's resourceVersion (a claim changed meanwhile is a conflict, decided again)."""
-        claim = plan.claim_obj
-        meta = claim.get("metadata") or {}
+        key = (plan.namespace, plan.claim)
         path = f"/apis/resource.k8s.io/v1/namespaces/{plan.namespace}/resourceclaims/{plan.claim}"
-        finalizers = list(meta.get("finalizers") or ())
-        if names.DELETE_PROTECTION not in finalizers:
-            out = await self.api.request("PATCH", path, body={"metadata": {
-                "resourceVersion": meta.get("resourceVersion"), "finalizers": [*finalizers, names.DELETE_PROTECTION]}},
-                content_type=MERGE_PATCH)
-            if not out.ok:
+        early = self._protecting.get(key)
+        if early is not None:  # written while the pod waited (`_protect_early`): wait for it, do not race it
+            await asyncio.wait([early])
+        claim = self.claims.get(key, plan.claim_obj)  # the newest seen: the finalizer may be on it already
+        if names.DELETE_PROTECTION not in ((claim.get("metadata") or {}).get("finalizers") or ()):
+            out = await self._add_finalizer(key)
+            if out is not None and not out.ok:
                 return out
-            claim = self.claims[(plan.namespace, plan.claim)] = out.body  # a retry starts from here
+            claim = self.claims.get(key, claim)  # a retry starts from here
         status = claim.get("status") or {}
         if status.get("allocation"):  # ours from before: only the pod's reservation may be missing
             wanted = claims.claim_status(plan, allocation, self.pools[allocation.node], pod, self.new_share_id)
@@ -371,7 +414,7 @@ class Scheduler:
             "metadata": {"resourceVersion": (claim.get("metadata") or {}).get("resourceVersion")}, "status": body},
             content_type=MERGE_PATCH)
         if out.ok:
-            self.claims[(plan.namespace, plan.claim)] = out.body
+            self._newer(key, out.body)
         return out
 
     async def _explain(self, uid: str, pod: dict, message: str) -> None:
@@ -381,7 +424,7 @@ class Scheduler:
         await set_unschedulable(self.api, ns, name, message, pod=pod)
         self.events.post(ns, name, uid, "FailedScheduling", message)
 
-    def _spawn(self, coro, registry: dict[str, asyncio.Task] | None = None, uid: str = "") -> asyncio.Task:
+    def _spawn(self, coro, registry: dict | None = None, uid: object = "") -> asyncio.Task:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
