@@ -349,7 +349,10 @@ class Scheduler:
         try:
             if (pod.get("spec") or {}).get("resourceClaims"):
                 plan = claims.claim_plan(pod, self.claims, self.owned_claims)
-                request = plan.gpu_request
+                # a share the webhook wrote as a claim keeps its pod-level asks (policy, groups, filters) in
+                # fgpu.io/request: the claim says the device, the annotation the rest
+                request = plan.gpu_request if request is None else request.model_copy(
+                    update={"containers": plan.gpu_request.containers})
             policy = request.node_policy if request is not None else None
             guard = translate.guards_slo(request, policy or self.live.default_policy, self.slo_filter)
             core = claims.kept_apart(translate.core_request(pod, request, self.gpu_policy, self.default_slo, guard),
