@@ -88,6 +88,7 @@ async def initial_sync(api: ApiSession, scheduler: Scheduler, policy: PolicyWatc
     lists = [(f"{crds}/{keys.SCHEDULING_POLICY_PLURAL}", policy.on_event if policy else None, True),
              (f"{crds}/{keys.GPUNODE_PLURAL}", scheduler.on_gpunode, True),
              ("/api/v1/nodes", scheduler.on_node, False),
+             (f"{DRA_API}/deviceclasses", scheduler.on_deviceclass, True),  # KEP-5004's extendedResourceName
              (f"{DRA_API}/resourceslices", scheduler.on_resourceslice, True),
              (f"{DRA_API}/resourceclaims", scheduler.on_resourceclaim, True),  # before pods: their claims' devices
              ("/api/v1/pods", scheduler.on_pod, False)]
@@ -305,6 +306,11 @@ async def pod_event(event: dict, memo: kopf.Memo, **_) -> None:
 @kopf.on.event("resource.k8s.io", "v1", "resourceslices")
 async def resourceslice_event(event: dict, memo: kopf.Memo, **_) -> None:
     memo.scheduler.on_resourceslice(event.get("type") or "ADDED", event["object"])
+
+
+@kopf.on.event("resource.k8s.io", "v1", "deviceclasses")
+async def deviceclass_event(event: dict, memo: kopf.Memo, **_) -> None:
+    memo.scheduler.on_deviceclass(event.get("type") or "ADDED", event["object"])
 
 
 @kopf.on.event("resource.k8s.io", "v1", "resourceclaims")

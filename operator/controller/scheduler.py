@@ -16,6 +16,7 @@ is not taken at its word (`handoff_guard.distrust`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid as uuidlib
 from collections.abc import Callable
@@ -93,6 +94,8 @@ class Scheduler:
         self.claims: dict[tuple[str, str], dict] = {}  # (namespace, name) -> ResourceClaim
         self.owned_claims: dict[tuple[str, str], str] = {}  # (pod uid, pod claim name) -> its template's claim
         self._protecting: dict[tuple[str, str], asyncio.Task] = {}  # claim -> its finalizer write in flight
+        self.extended_claims: dict[str, str] = {}  # pod uid -> its KEP-5004 claim (same namespace)
+        self.extended_classes: dict[str, str] = {}  # extended resource name -> fgpu-dra's DeviceClass serving it
         self.new_share_id: Callable[[], str] = lambda: str(uuidlib.uuid4())
 
     # --- watch events (synchronous: they only update memory) ---------------------------------------------
@@ -152,13 +155,17 @@ class Scheduler:
         """Claims: what a pending pod asks, and what a bound pod's claims hold (read back on restore)."""
         meta = obj.get("metadata") or {}
         key = (meta.get("namespace", ""), meta.get("name", ""))
-        owner = claims.owned_claim(obj)
+        owner, special = claims.owned_claim(obj), claims.extended_owner(obj)
         if kind == "DELETED":
             self.claims.pop(key, None)
             if owner is not None:
                 self.owned_claims.pop(owner, None)
+            if special is not None and self.extended_claims.get(special) == key[1]:
+                del self.extended_claims[special]
             return
         self.claims[key] = obj
+        if special is not None:
+            self.extended_claims[special] = key[1]
         if owner is not None:
             self.owned_claims[owner] = key[1]
             self._protect_early(key, obj, owner[0])
@@ -198,6 +205,17 @@ class Scheduler:
         rv = lambda c: int((c.get("metadata") or {}).get("resourceVersion") or 0)  # noqa: E731
         if have is None or rv(claim) >= rv(have):
             self.claims[key] = claim
+
+    def on_deviceclass(self, kind: str, obj: dict) -> None:
+        """KEP-5004: a class of fgpu-dra's with `extendedResourceName` lets whole-GPU pods of fgpu-scheduler onto
+        fgpu-owned DRA nodes, where fgpu makes their claim as kube-scheduler does."""
+        name = (obj.get("metadata") or {}).get("name", "")
+        resource = (obj.get("spec") or {}).get("extendedResourceName")
+        for r in [r for r, c in self.extended_classes.items() if c == name]:
+            del self.extended_classes[r]
+        if kind != "DELETED" and resource and name in claims.WHOLE_CLASSES:
+            self.extended_classes[resource] = name
+        self.retry_waiting()
 
     def _retry_claim_waiters(self) -> None:
         waiting = [uid for uid, e in self.parked.items() if e.claims_pending]
@@ -255,7 +273,8 @@ class Scheduler:
             self.retry_waiting()
 
     def _restore(self, uid: str, pod: dict, node: str) -> None:
-        if (pod.get("spec") or {}).get("resourceClaims"):
+        if ((pod.get("spec") or {}).get("resourceClaims") or uid in self.extended_claims
+                or (pod.get("status") or {}).get("extendedResourceClaimStatus")):
             self._restore_claimed(uid, pod, node)
             return
         request = translate.gpu_request(pod)
@@ -281,11 +300,11 @@ class Scheduler:
     def _restore_claimed(self, uid: str, pod: dict, node: str) -> None:
         """A bound pod with claims holds what its claims' allocations name in fgpu-owned pools (restart,
         another replica): learnt back, so the model never hands those devices out again."""
-        held = [h for _, name in claims.claim_names(pod, self.owned_claims) if name is not None
+        held = [h for _, name in claims.claim_names(pod, self.owned_claims, self.extended_claims) if name is not None
                 for h in [claims.allocated_devices(self.claims.get((pod["metadata"].get("namespace", ""), name),
                                                                    {}), self.pools)] if h is not None]
         try:
-            plan = claims.claim_plan(pod, self.claims, self.owned_claims)
+            plan = claims.claim_plan(pod, self.claims, self.owned_claims, self.extended_claims)
             core = translate.core_request(pod, plan.gpu_request if held else None, self.gpu_policy)
         except (claims.ClaimsNotReady, InputError):
             core = translate.core_request(pod, None)
@@ -344,20 +363,27 @@ class Scheduler:
                 await asyncio.sleep(0)  # let watch events in between decisions
 
     async def _schedule_one(self, uid: str, entry: Pending) -> None:
-        pod, request, plan = entry.pod, entry.request, None
+        pod, request, plan, extended = entry.pod, entry.request, None, None
         entry.claims_pending = False
         try:
-            if (pod.get("spec") or {}).get("resourceClaims"):
-                plan = claims.claim_plan(pod, self.claims, self.owned_claims)
+            if (pod.get("spec") or {}).get("resourceClaims") or uid in self.extended_claims:
+                plan = claims.claim_plan(pod, self.claims, self.owned_claims, self.extended_claims)
                 # a share the webhook wrote as a claim keeps its pod-level asks (policy, groups, filters) in
                 # fgpu.io/request: the claim says the device, the annotation the rest
                 request = plan.gpu_request if request is None else request.model_copy(
                     update={"containers": plan.gpu_request.containers})
             policy = request.node_policy if request is not None else None
             guard = translate.guards_slo(request, policy or self.live.default_policy, self.slo_filter)
+            extended = None if plan is not None else self._extended(pod, request)
             core = claims.kept_apart(translate.core_request(pod, request, self.gpu_policy, self.default_slo, guard),
-                                     plan is not None)
+                                     plan is not None, extended is not None)
             outcome = self._claimed_before(uid, plan, core) or self.live.schedule(uid, core, policy)
+            if isinstance(outcome, Allocation) and extended is not None and self._owned_dra(outcome.node):
+                container, name, count, cls = extended
+                meta = pod.get("metadata") or {}
+                plan = claims.ClaimPlan(namespace=meta.get("namespace", ""), claim="", request=name,
+                                        kind=names.KIND_GPU, gpu_request=request, container=container,
+                                        create=claims.extended_claim(pod, name, cls, count))
         except claims.ClaimsNotReady:  # the controller-manager has not made its claim yet: wait, say nothing
             entry.claims_pending, entry.reason = True, "Other"
             self.parked[uid] = entry
@@ -380,6 +406,21 @@ class Scheduler:
             entry.message = message
             self._spawn(self._explain(uid, pod, message), self._explaining, uid)
 
+    def _extended(self, pod: dict, request) -> tuple[str, str, int, str] | None:
+        """KEP-5004, as kube-scheduler serves it: whole GPUs of one container, with fgpu-dra's class mapping the
+        resource, may also go to an fgpu-owned DRA node, with a claim fgpu makes. (container, request name,
+        count, class); None: the device plugin's nodes only."""
+        cls = self.extended_classes.get(keys.GPU_RESOURCE)
+        if cls is None or request is None or len(request.containers) != 1 or any(
+                c.is_mig or c.is_share for c in request.containers):
+            return None
+        found = claims.extended_request(pod, keys.GPU_RESOURCE)
+        return (*found, cls) if found is not None else None
+
+    def _owned_dra(self, node: str) -> bool:
+        pool = self.pools.get(node)
+        return pool is not None and pool.owned
+
     def _claimed_before(self, uid: str, plan: claims.ClaimPlan | None, core) -> Allocation | None:
         """A claim already allocated (by this allocator before a restart or a failed Binding) keeps its devices:
         the pod goes where they are. One allocated elsewhere (a pool fgpu does not own) is refused."""
@@ -392,8 +433,30 @@ class Scheduler:
         return self.live.restore(uid, core, held.node, held.gpus, held.mig)
 
     async def _write_claim(self, plan: claims.ClaimPlan, allocation: Allocation, pod: dict):
-        """PreBind: the delete-protection finalizer, then status.allocation + reservedFor, each against the
-        claim's resourceVersion (a claim changed meanwhile is a conflict, decided again)."""
+        """PreBind: a KEP-5004 claim created first; the delete-protection finalizer, then status.allocation +
+        reservedFor, each against the claim's resourceVersion (a claim changed meanwhile is a conflict, decided
+        again); then a KEP-5004 pod's status names its claim."""
+        if plan.create is not None:  # KEP-5004: the claim is made here, as kube-scheduler's PreBind makes it
+            out = await self.api.request("POST", f"/apis/resource.k8s.io/v1/namespaces/{plan.namespace}/resourceclaims",
+                                         body=dict(plan.create))
+            if not out.ok:
+                return out
+            made = out.body
+            self.claims[(plan.namespace, made["metadata"]["name"])] = made
+            self.extended_claims[(pod.get("metadata") or {}).get("uid", "")] = made["metadata"]["name"]
+            plan = dataclasses.replace(plan, claim=made["metadata"]["name"], claim_obj=made, create=None)
+        out = await self._write_allocation(plan, allocation, pod)
+        if plan.container and (out is None or out.ok):  # the kubelet finds the claim in the pod's status
+            meta = pod.get("metadata") or {}
+            wanted = claims.extended_status(plan.container, keys.GPU_RESOURCE, plan.request, plan.claim)
+            if (pod.get("status") or {}).get("extendedResourceClaimStatus") != wanted:
+                out = await self.api.request(
+                    "PATCH", f"/api/v1/namespaces/{plan.namespace}/pods/{meta.get('name', '')}/status",
+                    body={"metadata": {"uid": meta.get("uid", "")}, "status": {"extendedResourceClaimStatus": wanted}},
+                    content_type=MERGE_PATCH, params={"fieldValidation": "Strict"})
+        return out
+
+    async def _write_allocation(self, plan: claims.ClaimPlan, allocation: Allocation, pod: dict):
         key = (plan.namespace, plan.claim)
         path = f"/apis/resource.k8s.io/v1/namespaces/{plan.namespace}/resourceclaims/{plan.claim}"
         early = self._protecting.get(key)
@@ -534,7 +597,8 @@ def _pending_fields(pod: dict) -> dict:
             kept[key] = [{k: c[k] for k in ("name", "resources") if k in c} for c in spec[key]]
     status = pod.get("status") or {}
     return {"metadata": meta, "spec": kept,
-            "status": {k: status[k] for k in ("conditions", "resourceClaimStatuses") if status.get(k)}}
+            "status": {k: status[k] for k in ("conditions", "resourceClaimStatuses", "extendedResourceClaimStatus")
+                       if status.get(k)}}
 
 
 def _placement_fields(node: dict) -> dict:
