@@ -95,6 +95,10 @@ class Scheduler:
         self.owned_claims: dict[tuple[str, str], str] = {}  # (pod uid, pod claim name) -> its template's claim
         self._protecting: dict[tuple[str, str], asyncio.Task] = {}  # claim -> its finalizer write in flight
         self.extended_claims: dict[str, str] = {}  # pod uid -> its KEP-5004 claim (same namespace)
+        # A claim several pods use (one resourceClaimName): its devices are held once, by its first live user in
+        # the model; the others ride on it with their CPU only, and one of them inherits the devices when it ends
+        self.claim_users: dict[tuple[str, str], list[str]] = {}  # claim -> pod uids, the holder first
+        self._full_core: dict[str, object] = {}  # uid -> its core request with the claim's GPUs (an heir's)
         self.extended_classes: dict[str, str] = {}  # extended resource name -> fgpu-dra's DeviceClass serving it
         self.new_share_id: Callable[[], str] = lambda: str(uuidlib.uuid4())
 
@@ -269,8 +273,42 @@ class Scheduler:
         self.queue.remove(uid)
         self.parked.pop(uid, None)
         self.events.forget(uid)
-        if uid not in self.binding and self.live.release(uid) is not None:
+        released = None if uid in self.binding else self.live.release(uid)
+        self._hand_down(uid, released)
+        if released is not None:
             self.retry_waiting()
+
+    def _users(self, key: tuple[str, str], but: str = "") -> list[str]:
+        """The claim's users still in the model (the holder first), `but` left out."""
+        return [u for u in self.claim_users.get(key, ()) if u != but and u in self.live.allocations]
+
+    def _use(self, uid: str, key: tuple[str, str], core) -> bool:
+        """Count `uid` as a user of the claim; True when another live pod holds its devices already."""
+        users = self.claim_users.setdefault(key, [])
+        if uid not in users:
+            users.append(uid)
+        self._full_core[uid] = core
+        return bool(self._users(key)) and self._users(key)[0] != uid
+
+    def _hand_down(self, uid: str, released: Allocation | None) -> None:
+        """A shared claim's holder ended: the claim is still allocated and reserved for its other pods, so the next
+        of them takes its devices in the model (the controller-manager deallocates only after the last)."""
+        self._full_core.pop(uid, None)
+        for key, users in list(self.claim_users.items()):
+            if uid not in users:
+                continue
+            holder = users[0] == uid
+            users.remove(uid)
+            rest = self._users(key)
+            if not rest:
+                self.claim_users.pop(key, None)
+            elif holder and released is not None and (released.gpus or released.mig):
+                heir = self.live.allocations[rest[0]]
+                self.live.release(heir.uid)
+                self.live.restore(heir.uid, self._full_core.get(heir.uid, released.request), heir.node,
+                                  released.gpus, released.mig)
+                users.remove(heir.uid)
+                users.insert(0, heir.uid)
 
     def _restore(self, uid: str, pod: dict, node: str) -> None:
         if ((pod.get("spec") or {}).get("resourceClaims") or uid in self.extended_claims
@@ -306,6 +344,9 @@ class Scheduler:
         try:
             plan = claims.claim_plan(pod, self.claims, self.owned_claims, self.extended_claims)
             core = translate.core_request(pod, plan.gpu_request if held else None, self.gpu_policy)
+            if held and self._use(uid, (plan.namespace, plan.claim), core):  # another pod of the claim holds it
+                self.live.restore(uid, translate.core_request(pod, None), node)
+                return
         except (claims.ClaimsNotReady, InputError):
             core = translate.core_request(pod, None)
         self.live.restore(uid, core, node, tuple(g for h in held for g in h.gpus), tuple(m for h in held for m in h.mig))
@@ -374,10 +415,16 @@ class Scheduler:
                     update={"containers": plan.gpu_request.containers})
             policy = request.node_policy if request is not None else None
             guard = translate.guards_slo(request, policy or self.live.default_policy, self.slo_filter)
+            if (plan is not None and not (plan.claim_obj.get("status") or {}).get("allocation")
+                    and self._users((plan.namespace, plan.claim), but=uid)):
+                raise claims.ClaimsNotReady(f"ResourceClaim {plan.namespace}/{plan.claim} is being allocated for "
+                                            "another pod that shares it")  # then this one rides on it
             extended = None if plan is not None else self._extended(pod, request)
             core = claims.kept_apart(translate.core_request(pod, request, self.gpu_policy, self.default_slo, guard),
                                      plan is not None, extended is not None)
-            outcome = self._claimed_before(uid, plan, core) or self.live.schedule(uid, core, policy)
+            outcome = self._claimed_before(uid, pod, plan, core) or self.live.schedule(uid, core, policy)
+            if isinstance(outcome, Allocation) and plan is not None:
+                self._use(uid, (plan.namespace, plan.claim), core)
             if isinstance(outcome, Allocation) and extended is not None and self._owned_dra(outcome.node):
                 container, name, count, cls = extended
                 meta = pod.get("metadata") or {}
@@ -421,15 +468,19 @@ class Scheduler:
         pool = self.pools.get(node)
         return pool is not None and pool.owned
 
-    def _claimed_before(self, uid: str, plan: claims.ClaimPlan | None, core) -> Allocation | None:
-        """A claim already allocated (by this allocator before a restart or a failed Binding) keeps its devices:
-        the pod goes where they are. One allocated elsewhere (a pool fgpu does not own) is refused."""
+    def _claimed_before(self, uid: str, pod: dict, plan: claims.ClaimPlan | None, core) -> Allocation | None:
+        """A claim already allocated (by this allocator before a restart or a failed Binding, or for another pod
+        that shares it) keeps its devices: the pod goes where they are. A pod of a claim another live pod holds
+        rides on it with its CPU only (the devices are counted once). One allocated elsewhere (a pool fgpu does
+        not own) is refused."""
         if plan is None or not (plan.claim_obj.get("status") or {}).get("allocation"):
             return None
         held = claims.allocated_devices(plan.claim_obj, self.pools)
         if held is None:
             raise claims.Unsupported(f"ResourceClaim {plan.namespace}/{plan.claim} is allocated on devices "
                                      "fgpu-scheduler does not allocate (docs/dra.md)", field="spec.resourceClaims")
+        if self._users((plan.namespace, plan.claim), but=uid):
+            return self.live.restore(uid, translate.core_request(pod, None), held.node)
         return self.live.restore(uid, core, held.node, held.gpus, held.mig)
 
     async def _write_claim(self, plan: claims.ClaimPlan, allocation: Allocation, pod: dict):
