@@ -93,7 +93,6 @@ class Scheduler:
         self.pools: dict[str, claims.DraPool] = {}  # node -> its fgpu-dra pool
         self.claims: dict[tuple[str, str], dict] = {}  # (namespace, name) -> ResourceClaim
         self.owned_claims: dict[tuple[str, str], str] = {}  # (pod uid, pod claim name) -> its template's claim
-        self._protecting: dict[tuple[str, str], asyncio.Task] = {}  # claim -> its finalizer write in flight
         self.extended_claims: dict[str, str] = {}  # pod uid -> its KEP-5004 claim (same namespace)
         # A claim several pods use (one resourceClaimName): its devices are held once, by its first live user in
         # the model; the others ride on it with their CPU only, and one of them inherits the devices when it ends
@@ -172,19 +171,7 @@ class Scheduler:
             self.extended_claims[special] = key[1]
         if owner is not None:
             self.owned_claims[owner] = key[1]
-            self._protect_early(key, obj, owner[0])
         self._retry_claim_waiters()
-
-    def _protect_early(self, key: tuple[str, str], claim: dict, uid: str) -> None:
-        """The delete-protection finalizer goes on a waiting pod's new claim as soon as it is seen, while the pod
-        waits for its turn: at the Binding only the status is left to write (one round trip, not two). A claim
-        with the finalizer and no allocation is one kube-scheduler also leaves when interrupted between its two
-        writes; the controller-manager removes the finalizer when the pod is gone."""
-        if (key in self._protecting or names.DELETE_PROTECTION in ((claim.get("metadata") or {}).get("finalizers") or ())
-                or (claim.get("status") or {}).get("allocation") or not self.is_leader()
-                or (uid not in self.parked and self.queue.get(uid) is None)):
-            return
-        self._spawn(self._add_finalizer(key), self._protecting, key)
 
     async def _add_finalizer(self, key: tuple[str, str]):
         """The finalizer, against the claim's resourceVersion; the claim as written goes to the cache."""
@@ -510,16 +497,18 @@ class Scheduler:
     async def _write_allocation(self, plan: claims.ClaimPlan, allocation: Allocation, pod: dict):
         key = (plan.namespace, plan.claim)
         path = f"/apis/resource.k8s.io/v1/namespaces/{plan.namespace}/resourceclaims/{plan.claim}"
-        early = self._protecting.get(key)
-        if early is not None:  # written while the pod waited (`_protect_early`): wait for it, do not race it
-            await asyncio.wait([early])
-        claim = self.claims.get(key, plan.claim_obj)  # the newest seen: the finalizer may be on it already
-        if names.DELETE_PROTECTION not in ((claim.get("metadata") or {}).get("finalizers") or ()):
+        claim = self.claims.get(key, plan.claim_obj)  # the newest seen
+        status = claim.get("status") or {}
+        protected = names.DELETE_PROTECTION in ((claim.get("metadata") or {}).get("finalizers") or ())
+        if not protected and not status.get("allocation") and not status.get("reservedFor"):
+            return await self._allocate_fresh(key, path, claim, claims.claim_status(
+                plan, allocation, self.pools[allocation.node], pod, self.new_share_id))
+        if not protected:
             out = await self._add_finalizer(key)
             if out is not None and not out.ok:
                 return out
             claim = self.claims.get(key, claim)  # a retry starts from here
-        status = claim.get("status") or {}
+            status = claim.get("status") or {}
         if status.get("allocation"):  # ours from before: only the pod's reservation may be missing
             wanted = claims.claim_status(plan, allocation, self.pools[allocation.node], pod, self.new_share_id)
             body = {"reservedFor": [*(status.get("reservedFor") or ()), *wanted["reservedFor"]]}
@@ -533,6 +522,21 @@ class Scheduler:
         if out.ok:
             self._newer(key, out.body)
         return out
+
+    async def _allocate_fresh(self, key: tuple[str, str], path: str, claim: dict, body: dict):
+        """A claim no one has allocated or reserved yet: the finalizer and the status go out at once, one round
+        trip instead of two. The status is conditioned on the claim's uid, not its resourceVersion (the finalizer
+        changes that): the only other writer of a claim's status, the controller-manager, leaves an unreserved,
+        unallocated claim alone, and no other allocator allocates fgpu-owned pools. If the finalizer fails after the
+        status landed, the retry finds the claim allocated by fgpu and adds the finalizer before anything else."""
+        uid = (claim.get("metadata") or {}).get("uid")
+        finalizer, written = await asyncio.gather(self._add_finalizer(key), self.api.request(
+            "PATCH", f"{path}/status", body={"metadata": {"uid": uid}, "status": body}, content_type=MERGE_PATCH))
+        if written.ok:
+            self._newer(key, written.body)
+        if finalizer is not None and not finalizer.ok:
+            return finalizer
+        return written
 
     async def _explain(self, uid: str, pod: dict, message: str) -> None:
         """PodScheduled=False and a FailedScheduling event: written beside the loop, never holding it up."""
