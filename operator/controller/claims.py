@@ -327,15 +327,20 @@ def allocated_devices(claim: Mapping, pools: Mapping[str, DraPool]) -> Held | No
 
 
 # --- the core's view ------------------------------------------------------------------------------------------
-def with_pool(spec: NodeSpec, pool: DraPool | None) -> NodeSpec:
-    """A node without a device plugin's inventory takes its GPUs from the fgpu-owned DRA pool it publishes."""
+def with_pool(spec: NodeSpec, pool: DraPool | None, extended: Iterable[str] = ()) -> NodeSpec:
+    """A node without a device plugin's inventory takes its GPUs from the fgpu-owned DRA pool it publishes.
+    `extended`: resource names a DeviceClass of fgpu-dra's maps (KEP-5004): the node counts them as one per GPU,
+    so NodeResourcesFit lets a `nvidia.com/gpu: N` pod through, as kube-scheduler's does on a node whose
+    allocatable lacks a DRA-backed resource; the GPU filters decide whether N GPUs are free."""
     if pool is None or not pool.owned or spec.gpus:
         return spec
     gpus = tuple(g.info for g in pool.gpus)
     models = {g.model for g in gpus}
+    have = dict(spec.extended)
+    counted = tuple(sorted({**{name: len(gpus) for name in extended}, **have}.items()))
     return dataclasses.replace(spec, gpus=gpus, num_gpu=len(gpus),
                                model=models.pop() if len(models) == 1 else ("mixed" if models else ""),
-                               labels=tuple(sorted((*spec.labels, DRA_LABEL))))
+                               labels=tuple(sorted((*spec.labels, DRA_LABEL))), extended=counted)
 
 
 def kept_apart(request: Request, claimed: bool, either: bool = False) -> Request:

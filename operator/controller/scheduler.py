@@ -128,7 +128,8 @@ class Scheduler:
             self._refresh(name)
 
     def _refresh(self, name: str) -> None:
-        spec = claims.with_pool(translate.node_spec(self.nodes[name], self.gpunodes.get(name)), self.pools.get(name))
+        spec = claims.with_pool(translate.node_spec(self.nodes[name], self.gpunodes.get(name)), self.pools.get(name),
+                                self.extended_classes)
         if self.live.upsert_node(spec):
             self.retry_waiting()
 
@@ -206,6 +207,8 @@ class Scheduler:
             del self.extended_classes[r]
         if kind != "DELETED" and resource and name in claims.WHOLE_CLASSES:
             self.extended_classes[resource] = name
+        for node in [n for n in self.pools if n in self.nodes]:  # their counted resources change
+            self._refresh(node)
         self.retry_waiting()
 
     def _retry_claim_waiters(self) -> None:
