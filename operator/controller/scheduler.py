@@ -29,7 +29,7 @@ from fgpu_contracts.errors import InputError
 from ..kube.events import EventRecorder
 from ..kube.outcome import Result
 from ..kube.pods import MERGE_PATCH, bind, set_annotations, set_unschedulable
-from ..kube.session import ApiSession
+from ..kube.session import STRATEGIC_MERGE, ApiSession
 from ..objects import pod_key, timestamp
 from ..placement.framework import Unschedulable
 from ..placement.live import Allocation, LiveCluster
@@ -533,13 +533,17 @@ class Scheduler:
         unallocated claim alone, and no other allocator allocates fgpu-owned pools. If the finalizer fails after the
         status landed, the retry finds the claim allocated by fgpu and adds the finalizer before anything else."""
         uid = (claim.get("metadata") or {}).get("uid")
-        finalizer, written = await asyncio.gather(self._add_finalizer(key), self.api.request(
-            "PATCH", f"{path}/status", body={"metadata": {"uid": uid}, "status": body}, content_type=MERGE_PATCH))
-        if written.ok:
-            self._newer(key, written.body)
-        if finalizer is not None and not finalizer.ok:
-            return finalizer
-        return written
+        # neither write may carry the resourceVersion: each changes it for the other. The finalizer goes as a
+        # strategic merge patch, which adds to metadata.finalizers (a merge list) without replacing it
+        finalizer, written = await asyncio.gather(
+            self.api.request("PATCH", path, body={"metadata": {"uid": uid, "finalizers": [names.DELETE_PROTECTION]}},
+                             content_type=STRATEGIC_MERGE),
+            self.api.request("PATCH", f"{path}/status", body={"metadata": {"uid": uid}, "status": body},
+                             content_type=MERGE_PATCH))
+        for out in (finalizer, written):
+            if out.ok:
+                self._newer(key, out.body)
+        return finalizer if not finalizer.ok else written
 
     async def _explain(self, uid: str, pod: dict, message: str) -> None:
         """PodScheduled=False and a FailedScheduling event: written beside the loop, never holding it up."""

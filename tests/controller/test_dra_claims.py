@@ -133,6 +133,9 @@ class ClaimApi:
             return Outcome(Result.CONFLICT, 409, "the object has been modified")
         if path.endswith("/status"):
             obj.setdefault("status", {}).update(body["status"])
+        elif "strategic" in kw.get("content_type", ""):  # finalizers: a merge list
+            have = obj["metadata"].setdefault("finalizers", [])
+            have += [f for f in body["metadata"]["finalizers"] if f not in have]
         else:
             obj["metadata"]["finalizers"] = body["metadata"]["finalizers"]
         obj["metadata"]["resourceVersion"] = str(next(self.rv))
