@@ -9,7 +9,8 @@ Kopf handlers are thin shells over these; nothing here imports kopf or a Kuberne
 Modules: config (AdmissionConfig), quantity (numbers as users write them), podview (a raw pod read
 defensively), gpus (simgpu's catalog facts), forms/* (one module per spelling: fgpu, HAMi, KubeShare, KAI,
 Aliyun, NVIDIA, the canonical annotation, refused peers), claims (spellings must agree; the request is
-built), placeable (a request no node could ever take is refused), handoff (who may write the hand-off annotations), parse, patch, review.
+built), placeable (a request no node could ever take is refused), handoff (who may write the hand-off annotations), parse, patch, review,
+dra (with DRA on: shares and MIG as a ResourceClaimTemplate of fgpu-dra's classes; `dra.admit`).
 """
 from .config import DEFAULT_CONFIG, AdmissionConfig, ResourceNames
 from .handoff import HandoffError
