@@ -11,7 +11,6 @@ import tomllib
 from pathlib import Path
 
 import pytest
-import yaml
 from helmchart import ROOT, find, helm_available, render
 
 pytestmark = pytest.mark.e2e  # renders with helm from the testbin
@@ -58,6 +57,12 @@ def test_each_entrypoint_prints_help(argv):
     assert out.returncode == 0 and out.stdout.startswith("usage: "), out.stderr[-2000:]
 
 
+def example_pods() -> list[tuple[Path, dict]]:
+    from devcluster.examples import load
+
+    return [(e.path, e.manifest) for e in load(ROOT / "deploy" / "examples" / "pods")[1]]
+
+
 def test_example_pods_run_the_workload_client_and_the_image_installs_every_script():
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert re.search(r"^ARG PYTHON_IMAGE=python:\d+\.\d+\.\d+-slim-\w+$", dockerfile, re.M), "base not pinned"
@@ -65,8 +70,8 @@ def test_example_pods_run_the_workload_client_and_the_image_installs_every_scrip
     for script in ("fgpu", "fgpu-device-plugin", "simgpu"):
         assert script in SCRIPTS
         assert f"/opt/fgpu/bin/{script} " in dockerfile  # the build checks each one starts
-    for path in sorted((ROOT / "deploy" / "examples" / "pods").glob("*.yaml")):
-        (c,) = yaml.safe_load(path.read_text())["spec"]["containers"]
+    for path, pod in example_pods():
+        (c,) = pod["spec"]["containers"]
         assert c["command"][:2] == ["simgpu", "run"], path.name
         out = run_help([str(BIN / "simgpu"), *c["command"][1:]], {})
         assert out.returncode == 0, f"{path.name}: {out.stderr[-1000:]}"
