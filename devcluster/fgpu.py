@@ -176,7 +176,8 @@ def install_crds(k8s) -> None:
 def wait_webhook_live(core, namespace: str, timeout: float = 60.0) -> None:
     """The apiserver calls a webhook once its own informer has seen the configuration, a moment after the
     configuration exists: until then pods are admitted unmutated. Dry-run a GPU pod until it comes back routed
-    to fgpu (dry-run calls webhooks without side effects and creates nothing)."""
+    to fgpu, or with DRA's claim (`--dra-claims`; dry-run calls webhooks without side effects and creates
+    nothing)."""
     from kubernetes.client.rest import ApiException
 
     probe = {"apiVersion": "v1", "kind": "Pod",
@@ -190,6 +191,6 @@ def wait_webhook_live(core, namespace: str, timeout: float = 60.0) -> None:
             if e.status == 400 and "fgpu" in (e.body or ""):
                 raise
             return False
-        return pod.spec.scheduler_name == keys.SCHEDULER_NAME
+        return pod.spec.scheduler_name == keys.SCHEDULER_NAME or bool(pod.spec.resource_claims)  # or DRA's claim
 
     wait_until(routed, timeout, "the apiserver to call fgpu's mutating webhook")

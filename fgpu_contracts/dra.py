@@ -82,6 +82,13 @@ ALLOCATOR_KUBE = "kube-scheduler"
 ALLOCATORS = (ALLOCATOR_KUBE, ALLOCATOR_FGPU)
 # The finalizer kube-scheduler puts on a claim it allocates; the controller-manager removes it on deallocation
 DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
+# The annotation the controller-manager puts on a claim it makes from a pod's template: the pod's claim name
+# (spec.resourceClaims[].name); with the pod as controlling owner, it finds the claim before the pod's status says
+POD_CLAIM_NAME = "resource.kubernetes.io/pod-claim-name"
+# KEP-5004: the claim a scheduler makes for a pod's extended resources (`nvidia.com/gpu: N` on a DRA node) carries
+# this annotation ("true"), is named <pod>-extended-resources-<random>, is owned by the pod, and is named in the
+# pod's status.extendedResourceClaimStatus; its requests are "container-<i>-request-<j>"
+EXTENDED_RESOURCE_CLAIM = "resource.kubernetes.io/extended-resource-claim"
 
 # CDI: devices the driver prepares are injected as "<CDI_KIND>=<name>"
 CDI_KIND = "fgpu.io/gpu"

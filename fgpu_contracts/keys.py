@@ -96,6 +96,7 @@ KAI_NUM_DEVICES = "gpu-fraction-num-devices"
 # --- Aliyun gpushare ----------------------------------------------------------------------------------------
 ALIYUN_MEMORY = "aliyun.com/gpu-mem"  # GiB by default (gpushare's unit is configurable)
 
+DEFAULT_SCHEDULER = "default-scheduler"  # kube-scheduler's name, and a pod's when it names none
 #: Scheduler names whose pods fgpu takes over (configurable): peers' schedulers, and GPU pods that name
 #: the default scheduler explicitly (HAMi's webhook does the same).
 TAKEOVER_SCHEDULERS = ("hami-scheduler", "kai-scheduler", "kubeshare-scheduler", "default-scheduler")

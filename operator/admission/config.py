@@ -50,6 +50,12 @@ class AdmissionConfig(pydantic.BaseModel):
     #: Pods whose PriorityClass value (`spec.priority`) is at least this are protected (high priority) unless
     #: they name a priority; None: only `fgpu.io/priority: high` or a slowdown bound protect a pod.
     protected_priority: int | None = None
+    #: DRA (docs/dra.md "Classic spellings on DRA"): who allocates fgpu-dra's pools, kube-scheduler or
+    #: fgpu-scheduler; set, shares and MIG instances become ResourceClaims of fgpu-dra's classes. None: off.
+    dra_allocator: Literal["kube-scheduler", "fgpu-scheduler"] | None = None
+    #: The memory of every GPU of the cluster when they all have the same (from the scheduler's model): a share
+    #: asked as a fraction of a GPU's memory becomes that amount on DRA. None: such a share is refused on DRA.
+    dra_gpu_memory_bytes: int | None = pydantic.Field(default=None, ge=1)
     #: Users (`userInfo.username`) that may change hand-off annotations on an existing pod.
     trusted_users: tuple[str, ...] = (
         f"system:serviceaccount:{OPERATOR_NAMESPACE}:fgpu-operator",

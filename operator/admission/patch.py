@@ -32,7 +32,7 @@ def escape(token: str) -> str:
     return token.replace("~", "~0").replace("/", "~1")
 
 
-def _set(path: str, value: object, present: bool) -> dict:
+def set_op(path: str, value: object, present: bool) -> dict:
     return {"op": "replace" if present else "add", "path": path, "value": value}
 
 
@@ -40,13 +40,13 @@ def _annotations(pod: dict, request: GpuRequest) -> list[dict]:
     text = dump_request(request)
     meta = pod.get("metadata")
     if not isinstance(meta, dict):
-        return [_set("/metadata", {"annotations": {keys.REQUEST: text}}, "metadata" in pod)]
+        return [set_op("/metadata", {"annotations": {keys.REQUEST: text}}, "metadata" in pod)]
     notes = meta.get("annotations")
     if not isinstance(notes, dict):
-        return [_set("/metadata/annotations", {keys.REQUEST: text}, "annotations" in meta)]
+        return [set_op("/metadata/annotations", {keys.REQUEST: text}, "annotations" in meta)]
     ops = [{"op": "remove", "path": f"/metadata/annotations/{escape(k)}"} for k in ALLOCATION_KEYS if k in notes]
     if notes.get(keys.REQUEST) != text:
-        ops.append(_set(f"/metadata/annotations/{escape(keys.REQUEST)}", text, keys.REQUEST in notes))
+        ops.append(set_op(f"/metadata/annotations/{escape(keys.REQUEST)}", text, keys.REQUEST in notes))
     return ops
 
 
@@ -60,15 +60,15 @@ def _resources(c: ContainerView, asked: ContainerRequest | None, config: Admissi
         want[config.resources.gpu] = str(asked.count)
     res = c.raw.get("resources")
     if not isinstance(res, dict):
-        return [_set(f"{c.pointer}/resources", {"limits": want}, "resources" in c.raw)] if want else []
+        return [set_op(f"{c.pointer}/resources", {"limits": want}, "resources" in c.raw)] if want else []
     ops: list[dict] = []
     for section in ("limits", "requests"):  # extended resources' requests default to their limits
         base, current = f"{c.pointer}/resources/{section}", res.get(section)
         if not isinstance(current, dict):
-            ops += [_set(base, dict(want), section in res)] if want and section == "limits" else []
+            ops += [set_op(base, dict(want), section in res)] if want and section == "limits" else []
             continue
         ops += [{"op": "remove", "path": f"{base}/{escape(k)}"} for k in current if k in drop and k not in want]
-        ops += [_set(f"{base}/{escape(k)}", v, k in current) for k, v in want.items() if str(current.get(k)) != v]
+        ops += [set_op(f"{base}/{escape(k)}", v, k in current) for k, v in want.items() if str(current.get(k)) != v]
     return ops
 
 
@@ -77,7 +77,7 @@ def mutate(pod: dict, request: GpuRequest, config: AdmissionConfig = DEFAULT_CON
     view = PodView(pod)
     ops = []
     if view.spec.get("schedulerName") != config.scheduler_name:
-        ops.append(_set("/spec/schedulerName", config.scheduler_name, "schedulerName" in view.spec))
+        ops.append(set_op("/spec/schedulerName", config.scheduler_name, "schedulerName" in view.spec))
     ops += _annotations(pod, request)
     asked = {c.container: c for c in request.containers}
     for c in view.containers:

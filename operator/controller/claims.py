@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from fgpu_contracts import dra as names
+from fgpu_contracts import keys
 from fgpu_contracts.errors import InputError
 from fgpu_contracts.quantity import parse_quantity
 from fgpu_contracts.request import MILLI, ContainerRequest, GpuRequest
@@ -133,13 +134,38 @@ class ClaimPlan:
     mem_bytes: int = 0  # a share's consumedCapacity (0: the GPU's whole memory, the request policy's default)
     sm_pct: int = 0
     claim_obj: Mapping = field(default_factory=dict, compare=False)
+    #: KEP-5004: the claim to create first (`extended_claim`), and the pod's extendedResourceClaimStatus after
+    create: Mapping | None = field(default=None, compare=False)
+    container: str = ""
 
 
-def claim_names(pod: Mapping) -> list[tuple[str, str | None]]:
-    """(pod claim name, ResourceClaim name) for each of the pod's claims; None: not created yet."""
+#: The pod claim name `claim_names` gives a KEP-5004 claim (not in spec.resourceClaims: no DNS label is empty)
+EXTENDED = ""
+
+
+def claim_names(pod: Mapping, owned: Mapping[tuple[str, str], str] | None = None,
+                extended: Mapping[str, str] | None = None) -> list[tuple[str, str | None]]:
+    """(pod claim name, ResourceClaim name) for each of the pod's claims; None: not created yet. `owned` maps
+    (pod uid, pod claim name) to the claim the controller-manager made (`owned_claim`): found as soon as the claim
+    is seen, one write before the pod's status names it. A KEP-5004 claim (named in the pod's status, or in
+    `extended` by pod uid) comes last, as pod claim `EXTENDED`."""
     spec, status = pod.get("spec") or {}, pod.get("status") or {}
     made = {s.get("name"): s.get("resourceClaimName") for s in status.get("resourceClaimStatuses") or ()}
-    return [(c.get("name", ""), c.get("resourceClaimName") or made.get(c.get("name"))) for c in spec.get("resourceClaims") or ()]
+    uid = (pod.get("metadata") or {}).get("uid", "")
+    out = [(c.get("name", ""), c.get("resourceClaimName") or made.get(c.get("name"))
+            or (owned or {}).get((uid, c.get("name", "")))) for c in spec.get("resourceClaims") or ()]
+    special = ((status.get("extendedResourceClaimStatus") or {}).get("resourceClaimName")
+               or (extended or {}).get(uid))
+    return [*out, (EXTENDED, special)] if special else out
+
+
+def owned_claim(claim: Mapping) -> tuple[str, str] | None:
+    """(pod uid, pod claim name) of a claim the controller-manager made from a pod's template: the pod is its
+    controlling owner and the annotation names the pod's claim, as the controller-manager itself finds it."""
+    meta = claim.get("metadata") or {}
+    name = (meta.get("annotations") or {}).get(names.POD_CLAIM_NAME)
+    owner = next((o for o in meta.get("ownerReferences") or () if o.get("kind") == "Pod" and o.get("controller")), None)
+    return (owner.get("uid", ""), name) if name and owner else None
 
 
 def _is_ours(cls: str) -> bool:
@@ -150,13 +176,15 @@ def _amount(value: object, where: str) -> Decimal:
     return parse_quantity(value, where)
 
 
-def claim_plan(pod: Mapping, claims: Mapping[tuple[str, str], Mapping]) -> ClaimPlan:
+def claim_plan(pod: Mapping, claims: Mapping[tuple[str, str], Mapping],
+               owned: Mapping[tuple[str, str], str] | None = None, extended: Mapping[str, str] | None = None
+               ) -> ClaimPlan:
     """The pod's one GPU claim as a canonical request. Raises ClaimsNotReady while a claim is not created (or
     not seen yet), Unsupported for what fgpu-scheduler does not allocate."""
     meta = pod.get("metadata") or {}
     ns = meta.get("namespace", "")
     found = []
-    for pod_name, claim_name in claim_names(pod):
+    for pod_name, claim_name in claim_names(pod, owned, extended):
         if claim_name is None:
             raise ClaimsNotReady(f"waiting for the ResourceClaim of spec.resourceClaims[{pod_name}] to be created")
         claim = claims.get((ns, claim_name))
@@ -195,13 +223,20 @@ def claim_plan(pod: Mapping, claims: Mapping[tuple[str, str], Mapping]) -> Claim
     count = int(exactly.get("count") or 1)
     containers = [c.get("name", "") for c in (pod.get("spec") or {}).get("containers") or ()
                   if any(r.get("name") == pod_name for r in (c.get("resources") or {}).get("claims") or ())]
+    if pod_name == EXTENDED:
+        containers = [m.get("containerName", "") for m in ((pod.get("status") or {}).get(
+            "extendedResourceClaimStatus") or {}).get("requestMappings") or ()] or [
+            c.get("name", "") for c in (pod.get("spec") or {}).get("containers") or ()
+            if keys.GPU_RESOURCE in {**((c.get("resources") or {}).get("limits") or {}),
+                                     **((c.get("resources") or {}).get("requests") or {})}]
     container = (containers or [c.get("name", "") for c in (pod.get("spec") or {}).get("containers") or ()] or ["main"])[0]
     caps = (exactly.get("capacity") or {}).get("requests") or {}
     unknown = sorted(set(caps) - {names.CAP_MEMORY, names.CAP_SM_SHARE})
     if unknown:
         raise Unsupported(f"capacity {unknown[0]!r}; allowed: {names.CAP_MEMORY}, {names.CAP_SM_SHARE}",
                           field=f"{where}.exactly.capacity.requests")
-    plan = dict(namespace=ns, claim=claim_name, request=req.get("name", ""), claim_obj=claim)
+    plan = dict(namespace=ns, claim=claim_name, request=req.get("name", ""), claim_obj=claim,
+                container=container if pod_name == EXTENDED else "")
     if cls in WHOLE_CLASSES:
         return ClaimPlan(kind=names.KIND_GPU, gpu_request=_request(ContainerRequest(container=container, count=count)),
                          **plan)
@@ -292,21 +327,28 @@ def allocated_devices(claim: Mapping, pools: Mapping[str, DraPool]) -> Held | No
 
 
 # --- the core's view ------------------------------------------------------------------------------------------
-def with_pool(spec: NodeSpec, pool: DraPool | None) -> NodeSpec:
-    """A node without a device plugin's inventory takes its GPUs from the fgpu-owned DRA pool it publishes."""
+def with_pool(spec: NodeSpec, pool: DraPool | None, extended: Iterable[str] = ()) -> NodeSpec:
+    """A node without a device plugin's inventory takes its GPUs from the fgpu-owned DRA pool it publishes.
+    `extended`: resource names a DeviceClass of fgpu-dra's maps (KEP-5004): the node counts them as one per GPU,
+    so NodeResourcesFit lets a `nvidia.com/gpu: N` pod through, as kube-scheduler's does on a node whose
+    allocatable lacks a DRA-backed resource; the GPU filters decide whether N GPUs are free."""
     if pool is None or not pool.owned or spec.gpus:
         return spec
     gpus = tuple(g.info for g in pool.gpus)
     models = {g.model for g in gpus}
+    have = dict(spec.extended)
+    counted = tuple(sorted({**{name: len(gpus) for name in extended}, **have}.items()))
     return dataclasses.replace(spec, gpus=gpus, num_gpu=len(gpus),
                                model=models.pop() if len(models) == 1 else ("mixed" if models else ""),
-                               labels=tuple(sorted((*spec.labels, DRA_LABEL))))
+                               labels=tuple(sorted((*spec.labels, DRA_LABEL))), extended=counted)
 
 
-def kept_apart(request: Request, claimed: bool) -> Request:
+def kept_apart(request: Request, claimed: bool, either: bool = False) -> Request:
     """A pod with claims goes only to fgpu-owned DRA nodes; a GPU pod without claims never does (nothing there
-    would hand it its annotated share)."""
+    would hand it its annotated share), unless `either`: whole GPUs that KEP-5004's class serves there too."""
     c = request.constraints or Constraints()
+    if either and not claimed:
+        return request
     if claimed:
         c = dataclasses.replace(c, node_selector=tuple(sorted((*c.node_selector, DRA_LABEL))))
     elif request.num_gpu:
@@ -316,3 +358,52 @@ def kept_apart(request: Request, claimed: bool) -> Request:
     else:
         return request
     return dataclasses.replace(request, constraints=c)
+
+
+# --- KEP-5004: `nvidia.com/gpu: N` of fgpu-scheduler's pods on fgpu-owned DRA nodes ---------------------------
+def extended_request(pod: Mapping, resource: str) -> tuple[str, str, int] | None:
+    """(container, request name, count) when exactly one container asks for `resource` (kube-scheduler's request
+    name: "container-<i>-request-<j>", i the container's index in initContainers + containers, j the resource's
+    in its sorted requests); None otherwise (no such container, or several: fgpu allocates one request)."""
+    spec = pod.get("spec") or {}
+    found = []
+    for i, c in enumerate([*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]):
+        res = c.get("resources") or {}
+        requests = {**(res.get("limits") or {}), **(res.get("requests") or {})}  # limits default the requests
+        if resource in requests:
+            count = int(parse_quantity(requests[resource], f"{c.get('name', '')}.resources[{resource}]"))
+            found.append((c.get("name", ""), f"container-{i}-request-{sorted(requests).index(resource)}", count))
+    return found[0] if len(found) == 1 and found[0][2] >= 1 else None
+
+
+def extended_claim(pod: Mapping, request: str, device_class: str, count: int) -> dict:
+    """The claim kube-scheduler's PreBind creates for a pod's extended resource (KEP-5004): owned by the pod, named
+    after it, annotated as such, one ExactCount request per container and resource; created with the
+    delete-protection finalizer already on (kube-scheduler adds it in a second write)."""
+    meta = pod.get("metadata") or {}
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"generateName": f"{meta.get('name', '')}-extended-resources-",
+                         "namespace": meta.get("namespace", ""),
+                         "annotations": {names.EXTENDED_RESOURCE_CLAIM: "true"},
+                         "finalizers": [names.DELETE_PROTECTION],
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": meta.get("name", ""),
+                                              "uid": meta.get("uid", ""), "controller": True,
+                                              "blockOwnerDeletion": True}]},
+            "spec": {"devices": {"requests": [{"name": request, "exactly": {
+                "deviceClassName": device_class, "allocationMode": "ExactCount", "count": count}}]}}}
+
+
+def extended_status(container: str, resource: str, request: str, claim_name: str) -> dict:
+    """The pod's status.extendedResourceClaimStatus naming the claim: the kubelet hands its devices to the
+    container that asked for the resource."""
+    return {"requestMappings": [{"containerName": container, "resourceName": resource, "requestName": request}],
+            "resourceClaimName": claim_name}
+
+
+def extended_owner(claim: Mapping) -> str | None:
+    """The uid of the pod a KEP-5004 claim was made for (by fgpu or kube-scheduler); None for any other claim."""
+    meta = claim.get("metadata") or {}
+    if (meta.get("annotations") or {}).get(names.EXTENDED_RESOURCE_CLAIM) != "true":
+        return None
+    return next((o.get("uid") for o in meta.get("ownerReferences") or () if o.get("kind") == "Pod"
+                 and o.get("controller")), None)

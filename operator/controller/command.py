@@ -101,6 +101,9 @@ def register(subparsers) -> None:
                    help="how long a protected pod must be over its bound before its GPU is held (default 60)")
     p.add_argument("--slo-feedback-every", type=_positive(float), default=15.0, metavar="SECONDS",
                    help="how often to ask Prometheus (default 15)")
+    p.add_argument("--dra-claims", choices=("kube-scheduler", "fgpu-scheduler"), default=None,
+                   help="DRA is on, its pools allocated by this scheduler: the webhook writes shares and MIG requests "
+                        "as ResourceClaims of fgpu-dra's classes (docs/dra.md; the chart sets it with dra.enabled)")
     p.add_argument("-v", "--verbose", action="store_true")
     p.set_defaults(func=run)
 
@@ -128,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         webhook_addr=args.webhook_addr, webhook_host=args.webhook_host, webhook_cert_dir=args.webhook_cert_dir,
         manage_webhook_config=args.manage_webhook_config, handoff_key=handoff_key,
         slo_feedback_url=_prometheus_url(args.slo_feedback_prometheus),
-        slo_window_s=args.slo_feedback_window, slo_every_s=args.slo_feedback_every)
+        slo_window_s=args.slo_feedback_window, slo_every_s=args.slo_feedback_every, dra_claims=args.dra_claims)
     for flag, port in (("--webhook-port", args.webhook_port), ("--metrics-port", args.metrics_port)):
         if not 0 <= port <= 65535:
             raise InputError(f"{port} is not a TCP port", field=flag, allowed=["0..65535"])

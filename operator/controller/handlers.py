@@ -63,6 +63,7 @@ class OperatorConfig:
     slo_feedback_url: str = ""  # Prometheus with the daemons' QoS series (empty: no measured-SLO feedback)
     slo_window_s: float = 60.0  # how long a protected pod must be over its bound before its GPU is held
     slo_every_s: float = 15.0  # how often the feedback asks Prometheus
+    dra_claims: str | None = None  # --dra-claims: who allocates the DRA pools; the webhook writes claims (None: off)
 
     def policy_flags(self) -> SchedulingPolicySpec:
         """The cluster defaults the flags give (a SchedulingPolicy object wins over them, field by field)."""
@@ -87,6 +88,7 @@ async def initial_sync(api: ApiSession, scheduler: Scheduler, policy: PolicyWatc
     lists = [(f"{crds}/{keys.SCHEDULING_POLICY_PLURAL}", policy.on_event if policy else None, True),
              (f"{crds}/{keys.GPUNODE_PLURAL}", scheduler.on_gpunode, True),
              ("/api/v1/nodes", scheduler.on_node, False),
+             (f"{DRA_API}/deviceclasses", scheduler.on_deviceclass, True),  # KEP-5004's extendedResourceName
              (f"{DRA_API}/resourceslices", scheduler.on_resourceslice, True),
              (f"{DRA_API}/resourceclaims", scheduler.on_resourceclaim, True),  # before pods: their claims' devices
              ("/api/v1/pods", scheduler.on_pod, False)]
@@ -163,7 +165,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     memo.metrics.attach(memo.scheduler, identity, is_leader, asyncio.get_running_loop())
     flags = CONFIG.policy_flags()
     memo.admission = AdmissionConfig(  # what the webhook reads: the flags, until a SchedulingPolicy says otherwise
-        takeover_schedulers=flags.takeover_schedulers, aliyun_memory_unit=flags.aliyun_memory_unit)
+        takeover_schedulers=flags.takeover_schedulers, aliyun_memory_unit=flags.aliyun_memory_unit,
+        dra_allocator=CONFIG.dra_claims)
     memo.status_api = ApiSession(creds, Limits(qps=20, burst=40, max_in_flight=4))  # GPUNode/policy status
     memo.status_api.open()
     memo.status = StatusWriter(memo.status_api, memo.scheduler.held, memo.scheduler.live.specs.get, is_leader)
@@ -303,6 +306,11 @@ async def pod_event(event: dict, memo: kopf.Memo, **_) -> None:
 @kopf.on.event("resource.k8s.io", "v1", "resourceslices")
 async def resourceslice_event(event: dict, memo: kopf.Memo, **_) -> None:
     memo.scheduler.on_resourceslice(event.get("type") or "ADDED", event["object"])
+
+
+@kopf.on.event("resource.k8s.io", "v1", "deviceclasses")
+async def deviceclass_event(event: dict, memo: kopf.Memo, **_) -> None:
+    memo.scheduler.on_deviceclass(event.get("type") or "ADDED", event["object"])
 
 
 @kopf.on.event("resource.k8s.io", "v1", "resourceclaims")

@@ -16,6 +16,7 @@ is not taken at its word (`handoff_guard.distrust`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid as uuidlib
 from collections.abc import Callable
@@ -28,7 +29,7 @@ from fgpu_contracts.errors import InputError
 from ..kube.events import EventRecorder
 from ..kube.outcome import Result
 from ..kube.pods import MERGE_PATCH, bind, set_annotations, set_unschedulable
-from ..kube.session import ApiSession
+from ..kube.session import STRATEGIC_MERGE, ApiSession
 from ..objects import pod_key, timestamp
 from ..placement.framework import Unschedulable
 from ..placement.live import Allocation, LiveCluster
@@ -91,6 +92,13 @@ class Scheduler:
         self.slices: dict[str, dict[str, dict]] = {}  # node -> its fgpu-dra ResourceSlices by name
         self.pools: dict[str, claims.DraPool] = {}  # node -> its fgpu-dra pool
         self.claims: dict[tuple[str, str], dict] = {}  # (namespace, name) -> ResourceClaim
+        self.owned_claims: dict[tuple[str, str], str] = {}  # (pod uid, pod claim name) -> its template's claim
+        self.extended_claims: dict[str, str] = {}  # pod uid -> its KEP-5004 claim (same namespace)
+        # A claim several pods use (one resourceClaimName): its devices are held once, by its first live user in
+        # the model; the others ride on it with their CPU only, and one of them inherits the devices when it ends
+        self.claim_users: dict[tuple[str, str], list[str]] = {}  # claim -> pod uids, the holder first
+        self._full_core: dict[str, object] = {}  # uid -> its core request with the claim's GPUs (an heir's)
+        self.extended_classes: dict[str, str] = {}  # extended resource name -> fgpu-dra's DeviceClass serving it
         self.new_share_id: Callable[[], str] = lambda: str(uuidlib.uuid4())
 
     # --- watch events (synchronous: they only update memory) ---------------------------------------------
@@ -120,7 +128,8 @@ class Scheduler:
             self._refresh(name)
 
     def _refresh(self, name: str) -> None:
-        spec = claims.with_pool(translate.node_spec(self.nodes[name], self.gpunodes.get(name)), self.pools.get(name))
+        spec = claims.with_pool(translate.node_spec(self.nodes[name], self.gpunodes.get(name)), self.pools.get(name),
+                                self.extended_classes)
         if self.live.upsert_node(spec):
             self.retry_waiting()
 
@@ -150,11 +159,57 @@ class Scheduler:
         """Claims: what a pending pod asks, and what a bound pod's claims hold (read back on restore)."""
         meta = obj.get("metadata") or {}
         key = (meta.get("namespace", ""), meta.get("name", ""))
+        owner, special = claims.owned_claim(obj), claims.extended_owner(obj)
         if kind == "DELETED":
             self.claims.pop(key, None)
+            if owner is not None:
+                self.owned_claims.pop(owner, None)
+            if special is not None and self.extended_claims.get(special) == key[1]:
+                del self.extended_claims[special]
             return
         self.claims[key] = obj
+        if special is not None:
+            self.extended_claims[special] = key[1]
+        if owner is not None:
+            self.owned_claims[owner] = key[1]
         self._retry_claim_waiters()
+
+    async def _add_finalizer(self, key: tuple[str, str]):
+        """The finalizer, against the claim's resourceVersion; the claim as written goes to the cache."""
+        claim = self.claims.get(key)
+        if claim is None:
+            return None
+        meta = claim.get("metadata") or {}
+        finalizers = list(meta.get("finalizers") or ())
+        if names.DELETE_PROTECTION in finalizers:
+            return None
+        out = await self.api.request("PATCH", f"/apis/resource.k8s.io/v1/namespaces/{key[0]}/resourceclaims/{key[1]}",
+                                     body={"metadata": {"resourceVersion": meta.get("resourceVersion"),
+                                                        "finalizers": [*finalizers, names.DELETE_PROTECTION]}},
+                                     content_type=MERGE_PATCH)
+        if out.ok:
+            self._newer(key, out.body)
+        return out
+
+    def _newer(self, key: tuple[str, str], claim: dict) -> None:
+        """A claim our write returned: kept unless the watch brought a newer one meanwhile."""
+        have = self.claims.get(key)
+        rv = lambda c: int((c.get("metadata") or {}).get("resourceVersion") or 0)  # noqa: E731
+        if have is None or rv(claim) >= rv(have):
+            self.claims[key] = claim
+
+    def on_deviceclass(self, kind: str, obj: dict) -> None:
+        """KEP-5004: a class of fgpu-dra's with `extendedResourceName` lets whole-GPU pods of fgpu-scheduler onto
+        fgpu-owned DRA nodes, where fgpu makes their claim as kube-scheduler does."""
+        name = (obj.get("metadata") or {}).get("name", "")
+        resource = (obj.get("spec") or {}).get("extendedResourceName")
+        for r in [r for r, c in self.extended_classes.items() if c == name]:
+            del self.extended_classes[r]
+        if kind != "DELETED" and resource and name in claims.WHOLE_CLASSES:
+            self.extended_classes[resource] = name
+        for node in [n for n in self.pools if n in self.nodes]:  # their counted resources change
+            self._refresh(node)
+        self.retry_waiting()
 
     def _retry_claim_waiters(self) -> None:
         waiting = [uid for uid, e in self.parked.items() if e.claims_pending]
@@ -208,11 +263,46 @@ class Scheduler:
         self.queue.remove(uid)
         self.parked.pop(uid, None)
         self.events.forget(uid)
-        if uid not in self.binding and self.live.release(uid) is not None:
+        released = None if uid in self.binding else self.live.release(uid)
+        self._hand_down(uid, released)
+        if released is not None:
             self.retry_waiting()
 
+    def _users(self, key: tuple[str, str], but: str = "") -> list[str]:
+        """The claim's users still in the model (the holder first), `but` left out."""
+        return [u for u in self.claim_users.get(key, ()) if u != but and u in self.live.allocations]
+
+    def _use(self, uid: str, key: tuple[str, str], core) -> bool:
+        """Count `uid` as a user of the claim; True when another live pod holds its devices already."""
+        users = self.claim_users.setdefault(key, [])
+        if uid not in users:
+            users.append(uid)
+        self._full_core[uid] = core
+        return bool(self._users(key)) and self._users(key)[0] != uid
+
+    def _hand_down(self, uid: str, released: Allocation | None) -> None:
+        """A shared claim's holder ended: the claim is still allocated and reserved for its other pods, so the next
+        of them takes its devices in the model (the controller-manager deallocates only after the last)."""
+        self._full_core.pop(uid, None)
+        for key, users in list(self.claim_users.items()):
+            if uid not in users:
+                continue
+            holder = users[0] == uid
+            users.remove(uid)
+            rest = self._users(key)
+            if not rest:
+                self.claim_users.pop(key, None)
+            elif holder and released is not None and (released.gpus or released.mig):
+                heir = self.live.allocations[rest[0]]
+                self.live.release(heir.uid)
+                self.live.restore(heir.uid, self._full_core.get(heir.uid, released.request), heir.node,
+                                  released.gpus, released.mig)
+                users.remove(heir.uid)
+                users.insert(0, heir.uid)
+
     def _restore(self, uid: str, pod: dict, node: str) -> None:
-        if (pod.get("spec") or {}).get("resourceClaims"):
+        if ((pod.get("spec") or {}).get("resourceClaims") or uid in self.extended_claims
+                or (pod.get("status") or {}).get("extendedResourceClaimStatus")):
             self._restore_claimed(uid, pod, node)
             return
         request = translate.gpu_request(pod)
@@ -238,12 +328,15 @@ class Scheduler:
     def _restore_claimed(self, uid: str, pod: dict, node: str) -> None:
         """A bound pod with claims holds what its claims' allocations name in fgpu-owned pools (restart,
         another replica): learnt back, so the model never hands those devices out again."""
-        held = [h for _, name in claims.claim_names(pod) if name is not None
+        held = [h for _, name in claims.claim_names(pod, self.owned_claims, self.extended_claims) if name is not None
                 for h in [claims.allocated_devices(self.claims.get((pod["metadata"].get("namespace", ""), name),
                                                                    {}), self.pools)] if h is not None]
         try:
-            plan = claims.claim_plan(pod, self.claims)
+            plan = claims.claim_plan(pod, self.claims, self.owned_claims, self.extended_claims)
             core = translate.core_request(pod, plan.gpu_request if held else None, self.gpu_policy)
+            if held and self._use(uid, (plan.namespace, plan.claim), core):  # another pod of the claim holds it
+                self.live.restore(uid, translate.core_request(pod, None), node)
+                return
         except (claims.ClaimsNotReady, InputError):
             core = translate.core_request(pod, None)
         self.live.restore(uid, core, node, tuple(g for h in held for g in h.gpus), tuple(m for h in held for m in h.mig))
@@ -301,17 +394,33 @@ class Scheduler:
                 await asyncio.sleep(0)  # let watch events in between decisions
 
     async def _schedule_one(self, uid: str, entry: Pending) -> None:
-        pod, request, plan = entry.pod, entry.request, None
+        pod, request, plan, extended = entry.pod, entry.request, None, None
         entry.claims_pending = False
         try:
-            if (pod.get("spec") or {}).get("resourceClaims"):
-                plan = claims.claim_plan(pod, self.claims)
-                request = plan.gpu_request
+            if (pod.get("spec") or {}).get("resourceClaims") or uid in self.extended_claims:
+                plan = claims.claim_plan(pod, self.claims, self.owned_claims, self.extended_claims)
+                # a share the webhook wrote as a claim keeps its pod-level asks (policy, groups, filters) in
+                # fgpu.io/request: the claim says the device, the annotation the rest
+                request = plan.gpu_request if request is None else request.model_copy(
+                    update={"containers": plan.gpu_request.containers})
             policy = request.node_policy if request is not None else None
             guard = translate.guards_slo(request, policy or self.live.default_policy, self.slo_filter)
+            if (plan is not None and not (plan.claim_obj.get("status") or {}).get("allocation")
+                    and self._users((plan.namespace, plan.claim), but=uid)):
+                raise claims.ClaimsNotReady(f"ResourceClaim {plan.namespace}/{plan.claim} is being allocated for "
+                                            "another pod that shares it")  # then this one rides on it
+            extended = None if plan is not None else self._extended(pod, request)
             core = claims.kept_apart(translate.core_request(pod, request, self.gpu_policy, self.default_slo, guard),
-                                     plan is not None)
-            outcome = self._claimed_before(uid, plan, core) or self.live.schedule(uid, core, policy)
+                                     plan is not None, extended is not None)
+            outcome = self._claimed_before(uid, pod, plan, core) or self.live.schedule(uid, core, policy)
+            if isinstance(outcome, Allocation) and plan is not None:
+                self._use(uid, (plan.namespace, plan.claim), core)
+            if isinstance(outcome, Allocation) and extended is not None and self._owned_dra(outcome.node):
+                container, name, count, cls = extended
+                meta = pod.get("metadata") or {}
+                plan = claims.ClaimPlan(namespace=meta.get("namespace", ""), claim="", request=name,
+                                        kind=names.KIND_GPU, gpu_request=request, container=container,
+                                        create=claims.extended_claim(pod, name, cls, count))
         except claims.ClaimsNotReady:  # the controller-manager has not made its claim yet: wait, say nothing
             entry.claims_pending, entry.reason = True, "Other"
             self.parked[uid] = entry
@@ -334,32 +443,75 @@ class Scheduler:
             entry.message = message
             self._spawn(self._explain(uid, pod, message), self._explaining, uid)
 
-    def _claimed_before(self, uid: str, plan: claims.ClaimPlan | None, core) -> Allocation | None:
-        """A claim already allocated (by this allocator before a restart or a failed Binding) keeps its devices:
-        the pod goes where they are. One allocated elsewhere (a pool fgpu does not own) is refused."""
+    def _extended(self, pod: dict, request) -> tuple[str, str, int, str] | None:
+        """KEP-5004, as kube-scheduler serves it: whole GPUs of one container, with fgpu-dra's class mapping the
+        resource, may also go to an fgpu-owned DRA node, with a claim fgpu makes. (container, request name,
+        count, class); None: the device plugin's nodes only."""
+        cls = self.extended_classes.get(keys.GPU_RESOURCE)
+        if cls is None or request is None or len(request.containers) != 1 or any(
+                c.is_mig or c.is_share for c in request.containers):
+            return None
+        found = claims.extended_request(pod, keys.GPU_RESOURCE)
+        return (*found, cls) if found is not None else None
+
+    def _owned_dra(self, node: str) -> bool:
+        pool = self.pools.get(node)
+        return pool is not None and pool.owned
+
+    def _claimed_before(self, uid: str, pod: dict, plan: claims.ClaimPlan | None, core) -> Allocation | None:
+        """A claim already allocated (by this allocator before a restart or a failed Binding, or for another pod
+        that shares it) keeps its devices: the pod goes where they are. A pod of a claim another live pod holds
+        rides on it with its CPU only (the devices are counted once). One allocated elsewhere (a pool fgpu does
+        not own) is refused."""
         if plan is None or not (plan.claim_obj.get("status") or {}).get("allocation"):
             return None
         held = claims.allocated_devices(plan.claim_obj, self.pools)
         if held is None:
             raise claims.Unsupported(f"ResourceClaim {plan.namespace}/{plan.claim} is allocated on devices "
                                      "fgpu-scheduler does not allocate (docs/dra.md)", field="spec.resourceClaims")
+        if self._users((plan.namespace, plan.claim), but=uid):
+            return self.live.restore(uid, translate.core_request(pod, None), held.node)
         return self.live.restore(uid, core, held.node, held.gpus, held.mig)
 
     async def _write_claim(self, plan: claims.ClaimPlan, allocation: Allocation, pod: dict):
-        """PreBind: the delete-protection finalizer, then status.allocation + reservedFor, each against the
-        claim's resourceVersion (a claim changed meanwhile is a conflict, decided again)."""
-        claim = plan.claim_obj
-        meta = claim.get("metadata") or {}
-        path = f"/apis/resource.k8s.io/v1/namespaces/{plan.namespace}/resourceclaims/{plan.claim}"
-        finalizers = list(meta.get("finalizers") or ())
-        if names.DELETE_PROTECTION not in finalizers:
-            out = await self.api.request("PATCH", path, body={"metadata": {
-                "resourceVersion": meta.get("resourceVersion"), "finalizers": [*finalizers, names.DELETE_PROTECTION]}},
-                content_type=MERGE_PATCH)
+        """PreBind: a KEP-5004 claim created first; the delete-protection finalizer, then status.allocation +
+        reservedFor, each against the claim's resourceVersion (a claim changed meanwhile is a conflict, decided
+        again); then a KEP-5004 pod's status names its claim."""
+        if plan.create is not None:  # KEP-5004: the claim is made here, as kube-scheduler's PreBind makes it
+            out = await self.api.request("POST", f"/apis/resource.k8s.io/v1/namespaces/{plan.namespace}/resourceclaims",
+                                         body=dict(plan.create))
             if not out.ok:
                 return out
-            claim = self.claims[(plan.namespace, plan.claim)] = out.body  # a retry starts from here
+            made = out.body
+            self.claims[(plan.namespace, made["metadata"]["name"])] = made
+            self.extended_claims[(pod.get("metadata") or {}).get("uid", "")] = made["metadata"]["name"]
+            plan = dataclasses.replace(plan, claim=made["metadata"]["name"], claim_obj=made, create=None)
+        out = await self._write_allocation(plan, allocation, pod)
+        if plan.container and (out is None or out.ok):  # the kubelet finds the claim in the pod's status
+            meta = pod.get("metadata") or {}
+            wanted = claims.extended_status(plan.container, keys.GPU_RESOURCE, plan.request, plan.claim)
+            if (pod.get("status") or {}).get("extendedResourceClaimStatus") != wanted:
+                out = await self.api.request(
+                    "PATCH", f"/api/v1/namespaces/{plan.namespace}/pods/{meta.get('name', '')}/status",
+                    body={"metadata": {"uid": meta.get("uid", "")}, "status": {"extendedResourceClaimStatus": wanted}},
+                    content_type=MERGE_PATCH, params={"fieldValidation": "Strict"})
+        return out
+
+    async def _write_allocation(self, plan: claims.ClaimPlan, allocation: Allocation, pod: dict):
+        key = (plan.namespace, plan.claim)
+        path = f"/apis/resource.k8s.io/v1/namespaces/{plan.namespace}/resourceclaims/{plan.claim}"
+        claim = self.claims.get(key, plan.claim_obj)  # the newest seen
         status = claim.get("status") or {}
+        protected = names.DELETE_PROTECTION in ((claim.get("metadata") or {}).get("finalizers") or ())
+        if not protected and not status.get("allocation") and not status.get("reservedFor"):
+            return await self._allocate_fresh(key, path, claim, claims.claim_status(
+                plan, allocation, self.pools[allocation.node], pod, self.new_share_id))
+        if not protected:
+            out = await self._add_finalizer(key)
+            if out is not None and not out.ok:
+                return out
+            claim = self.claims.get(key, claim)  # a retry starts from here
+            status = claim.get("status") or {}
         if status.get("allocation"):  # ours from before: only the pod's reservation may be missing
             wanted = claims.claim_status(plan, allocation, self.pools[allocation.node], pod, self.new_share_id)
             body = {"reservedFor": [*(status.get("reservedFor") or ()), *wanted["reservedFor"]]}
@@ -371,8 +523,27 @@ class Scheduler:
             "metadata": {"resourceVersion": (claim.get("metadata") or {}).get("resourceVersion")}, "status": body},
             content_type=MERGE_PATCH)
         if out.ok:
-            self.claims[(plan.namespace, plan.claim)] = out.body
+            self._newer(key, out.body)
         return out
+
+    async def _allocate_fresh(self, key: tuple[str, str], path: str, claim: dict, body: dict):
+        """A claim no one has allocated or reserved yet: the finalizer and the status go out at once, one round
+        trip instead of two. The status is conditioned on the claim's uid, not its resourceVersion (the finalizer
+        changes that): the only other writer of a claim's status, the controller-manager, leaves an unreserved,
+        unallocated claim alone, and no other allocator allocates fgpu-owned pools. If the finalizer fails after the
+        status landed, the retry finds the claim allocated by fgpu and adds the finalizer before anything else."""
+        uid = (claim.get("metadata") or {}).get("uid")
+        # neither write may carry the resourceVersion: each changes it for the other. The finalizer goes as a
+        # strategic merge patch, which adds to metadata.finalizers (a merge list) without replacing it
+        finalizer, written = await asyncio.gather(
+            self.api.request("PATCH", path, body={"metadata": {"uid": uid, "finalizers": [names.DELETE_PROTECTION]}},
+                             content_type=STRATEGIC_MERGE),
+            self.api.request("PATCH", f"{path}/status", body={"metadata": {"uid": uid}, "status": body},
+                             content_type=MERGE_PATCH))
+        for out in (finalizer, written):
+            if out.ok:
+                self._newer(key, out.body)
+        return finalizer if not finalizer.ok else written
 
     async def _explain(self, uid: str, pod: dict, message: str) -> None:
         """PodScheduled=False and a FailedScheduling event: written beside the loop, never holding it up."""
@@ -381,7 +552,7 @@ class Scheduler:
         await set_unschedulable(self.api, ns, name, message, pod=pod)
         self.events.post(ns, name, uid, "FailedScheduling", message)
 
-    def _spawn(self, coro, registry: dict[str, asyncio.Task] | None = None, uid: str = "") -> asyncio.Task:
+    def _spawn(self, coro, registry: dict | None = None, uid: object = "") -> asyncio.Task:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -488,7 +659,8 @@ def _pending_fields(pod: dict) -> dict:
             kept[key] = [{k: c[k] for k in ("name", "resources") if k in c} for c in spec[key]]
     status = pod.get("status") or {}
     return {"metadata": meta, "spec": kept,
-            "status": {k: status[k] for k in ("conditions", "resourceClaimStatuses") if status.get(k)}}
+            "status": {k: status[k] for k in ("conditions", "resourceClaimStatuses", "extendedResourceClaimStatus")
+                       if status.get(k)}}
 
 
 def _placement_fields(node: dict) -> dict:

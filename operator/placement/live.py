@@ -77,6 +77,7 @@ class LiveCluster:
         self._dirty = True
         self._node_changes = 0  # bumped on every node added, changed or removed
         self._largest_gpu_mib = (-1, 0)  # (node changes it was computed at, MiB)
+        self._gpu_sizes_mib: tuple[int, frozenset[int]] = (-1, frozenset())
         self._held: set[str] = set()  # GPU UUIDs held for low-priority shares (slo_feedback)
 
     # --- nodes ------------------------------------------------------------------------------------------
@@ -221,6 +222,16 @@ class LiveCluster:
             largest = max((g.mem_mib or gpu_memory_mib(g.model) for s in specs for g in s.gpus), default=0)
             self._largest_gpu_mib = (seen, largest)
         return largest
+
+    def gpu_memory_sizes_mib(self) -> frozenset[int]:
+        """The distinct memory sizes (MiB) of the cluster's GPUs: one size lets the webhook turn a fraction of a
+        GPU's memory into the amount a DRA claim asks. Cached until a node changes."""
+        seen, sizes = self._gpu_sizes_mib
+        if seen != self._node_changes:
+            seen = self._node_changes
+            sizes = frozenset(g.mem_mib or gpu_memory_mib(g.model) for s in self.specs.values() for g in s.gpus)
+            self._gpu_sizes_mib = (seen, sizes)
+        return sizes
 
     @property
     def cluster(self) -> Cluster | None:

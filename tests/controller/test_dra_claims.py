@@ -114,7 +114,8 @@ def test_what_fgpu_scheduler_does_not_allocate_is_said_in_one_line(obj, said):
 
 
 class ClaimApi:
-    """Keeps claims; merge-patches metadata and status like the apiserver (resourceVersion checked)."""
+    """Keeps claims; merge-patches metadata and status like the apiserver (a resourceVersion or uid given is a
+    precondition)."""
 
     def __init__(self, objs: dict[str, dict]):
         self.claims, self.calls, self.rv = objs, [], itertools.count(2)
@@ -126,10 +127,15 @@ class ClaimApi:
             return Outcome(Result.OK, 201)
         name = path.split("/resourceclaims/")[1].split("/")[0]
         obj = self.claims[name]
-        if body["metadata"].get("resourceVersion") != obj["metadata"]["resourceVersion"]:
+        pre = body["metadata"]
+        if ("resourceVersion" in pre or "uid" not in pre) and pre.get("resourceVersion") != obj["metadata"][
+                "resourceVersion"] or "uid" in pre and pre["uid"] != obj["metadata"].get("uid"):
             return Outcome(Result.CONFLICT, 409, "the object has been modified")
         if path.endswith("/status"):
             obj.setdefault("status", {}).update(body["status"])
+        elif "strategic" in kw.get("content_type", ""):  # finalizers: a merge list
+            have = obj["metadata"].setdefault("finalizers", [])
+            have += [f for f in body["metadata"]["finalizers"] if f not in have]
         else:
             obj["metadata"]["finalizers"] = body["metadata"]["finalizers"]
         obj["metadata"]["resourceVersion"] = str(next(self.rv))
@@ -169,9 +175,13 @@ def test_two_shares_on_one_gpu_written_before_the_binding_and_learnt_back_after_
         await asyncio.sleep(0.05)
         await s.drain()
         paths = [(m, p.rsplit("/", 2)[-2:]) for m, p, _ in api.calls]
-        assert paths == [("PATCH", ["resourceclaims", "c0"]), ("PATCH", ["c0", "status"]),
-                         ("POST", ["p0", "binding"]), ("PATCH", ["resourceclaims", "c1"]),
-                         ("PATCH", ["c1", "status"]), ("POST", ["p1", "binding"])]
+        assert sorted(paths) == sorted([("PATCH", ["resourceclaims", "c0"]), ("PATCH", ["c0", "status"]),
+                                        ("POST", ["p0", "binding"]), ("PATCH", ["resourceclaims", "c1"]),
+                                        ("PATCH", ["c1", "status"]), ("POST", ["p1", "binding"])])
+        for i in range(2):  # a fresh claim's finalizer and status go out together, both before the pod's Binding
+            bind = paths.index(("POST", [f"p{i}", "binding"]))
+            assert max(paths.index(("PATCH", ["resourceclaims", f"c{i}"])),
+                       paths.index(("PATCH", [f"c{i}", "status"]))) < bind
         results = [objs[c]["status"]["allocation"]["devices"]["results"][0] for c in ("c0", "c1")]
         assert {r["device"] for r in results} == {"gpu-0-shared"}  # fgd packs the second onto the first's GPU
         assert results[0]["shareID"] != results[1]["shareID"]
