@@ -235,6 +235,8 @@ def dra_schema() -> dict[str, Any]:
                           enum=list(names.ALLOCATORS)),
         "extendedResource": leaf("boolean", "also install `gpu-extended.fgpu.io` (KEP-5004): classic "
                                  "`nvidia.com/gpu: N` pods served by DRA; one class per cluster may claim it"),
+        "webhookClaims": leaf("boolean", "the webhook writes classic share and MIG spellings as ResourceClaims of "
+                              "fgpu-dra's classes (docs/dra.md); false: they keep the device plugin's pools"),
         "cdiHostPath": leaf("string", "where fgpu-dra writes CDI specs (the container runtime's CDI dir)",
                             pattern="^/"),
         "pluginsRegistryPath": leaf("string", "the kubelet's plugin registration directory", pattern="^/"),
