@@ -32,8 +32,10 @@ LEASE = "fgpu-scheduler"  # operator/kube/leader.py's Lease, in the release name
 INVALID = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "fgpu-install-check-invalid",
            "annotations": {"fgpu.io/gpu-fraction": "1.5"}},
            "spec": {"containers": [{"name": "c", "image": "fgpu:dev"}]}}
+# a share with its memory as an amount: valid on DRA too, whatever memory the cluster's GPUs have (a fraction
+# alone is refused there when they differ: a claim's memory is an amount; docs/dra.md)
 VALID = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "fgpu-install-check-valid",
-         "annotations": {"fgpu.io/gpu-fraction": "0.1"}},
+         "annotations": {"fgpu.io/gpu-fraction": "0.1", "fgpu.io/gpu-memory": "1Gi"}},
          "spec": {"containers": [{"name": "c", "image": "fgpu:dev"}]}}
 
 
@@ -165,9 +167,11 @@ def check(target: Target, say=print, timeout: float = 300) -> dict:
         mutated = json.loads(core.create_namespaced_pod(target.check_namespace, VALID, dry_run="All",
                                                         _preload_content=False).data)
         scheduler = mutated["spec"].get("schedulerName")
-        if scheduler == "default-scheduler":
+        claims = [c.get("resourceClaimTemplateName") for c in mutated["spec"].get("resourceClaims") or ()]
+        if scheduler == "default-scheduler" and not claims:
             raise InstallError("a valid 0.1-GPU pod was admitted unchanged: the mutating webhook is not called")
-        say(f"ok: a 0.1-GPU pod is admitted and handed to {scheduler}")
+        # with dra.allocator kube-scheduler, the share is a claim and the pod stays kube-scheduler's
+        say(f"ok: a 0.1-GPU pod is admitted and handed to {scheduler}" + (f" with claim {claims[0]}" if claims else ""))
 
         node_pods = [p for p in pods if "operator" not in p["metadata"]["name"] and p["spec"].get("nodeName")]
         dra_pods = {p["spec"]["nodeName"]: p for p in node_pods

@@ -9,13 +9,18 @@ containerd 2.x and a kubelet 1.37), the driver as the chart's DaemonSet pod besi
   and throughput; a pod allocating past its 8Gi is refused by the daemon);
 - a second such share on the same GPU; a third that does not fit stays Pending with kube-scheduler's reason;
 - a MIG-profile claim and a whole-GPU claim run their workloads;
+- the classic spellings through the chart's webhook: HAMi's `nvidia.com/gpu: 1` + `gpumem: 8192` + `gpucores: 30`
+  and fgpu's `gpu-fraction: 0.3` + `gpu-memory: 8Gi` become claims of gpu-share.fgpu.io, enforced like the claim
+  above; `nvidia.com/gpu: 1` alone gets KEP-5004's claim (gpu-extended.fgpu.io) from kube-scheduler, and
+  `nvidia.com/mig-1g.10gb: 1` a claim of mig-1g.10gb.fgpu.io; all run on the real kubelet;
 - a kubelet restart and a driver restart lose nothing (containers keep running, claims stay prepared), and
   after both, deleting a pod unprepares (CDI spec and checkpoint entry gone, the daemon's context closed):
   the Pending third share then runs in the room it left;
 - claims whose status was written by hand (over-committing the GPU, or consuming more than they request)
   get nothing: NodePrepareResources refuses them and their pods never start;
 - `helm upgrade --set dra.allocator=fgpu-scheduler`: fgpu allocates a fgpu-scheduler pod's claim, and the
-  real kubelet prepares it beside kube-scheduler's.
+  real kubelet prepares it beside kube-scheduler's; then HAMi's share and `nvidia.com/gpu: 1` go to fgpu-scheduler,
+  which allocates the first's claim and makes KEP-5004's claim for the second.
 
 Timings (claim creation to Running, the driver's prepare latency) are printed at the end; docs/dra.md quotes
 them. Needs root, FGPU_NODE, FGPU_IMAGE and FGPU_TESTBIN (`make test` sets all).
@@ -34,7 +39,7 @@ import pytest
 import yaml
 from cluster_support import chart_cluster
 from polling import wait_for
-from test_chart_node import _pod, delete, first_report, predicted_it_per_s, reports, visible_sms
+from test_chart_node import _pod, delete, first_report, predicted_it_per_s, reports, visible_sms, workload_pod
 
 from devcluster import install
 from devcluster.cluster import NODE_NAME
@@ -42,6 +47,7 @@ from devcluster.node import KUBELET_PLUGIN_DIRS
 from deviceplugin.dra.devices import node_devices
 from deviceplugin.dra.state import CHECKPOINT_NAME, cdi_spec_path
 from fgpu_contracts import dra as names
+from fgpu_contracts import keys
 from simgpu import env
 from simgpu.nodeconfig import parse_node_config
 from simgpu.token import verify_token
@@ -218,31 +224,126 @@ def test_helm_install_with_dra_registers_the_driver_with_the_real_kubelet(cluste
         objs.create_namespaced_custom_object(GROUP, VERSION, NS, "resourceclaimtemplates", body)
 
 
+def grant_of(uid: str):
+    """The grant in the CDI spec containerd injected for claim `uid`: a token signed with the node's secret."""
+    with open(cdi_spec_path(CDI_DIR, uid)) as fh:
+        (device,) = json.load(fh)["devices"]
+    edits = dict(e.split("=", 1) for e in device["containerEdits"]["env"])
+    return verify_token((STATE_DIR / "token-secret").read_bytes(), edits[env.CONTEXT_TOKEN])
+
+
+def assert_share_enforced(core, objs, name: str, claim: dict | None = None) -> float:
+    """`name`'s claim holds 8Gi and 30% of gpu-0-shared, is prepared (CDI spec, checkpoint, the token's grant),
+    and the daemon enforces it on the workload: an 8 GiB quota, kernels time-sliced to 30% of the A100
+    (HAMi-core's SM limit). Returns its throughput as a fraction of 30% of the model's prediction."""
+    claim = claim or claim_of(core, objs, name)
+    (result,) = results(claim)
+    assert result["device"] == "gpu-0-shared" and result["pool"] == NODE_NAME and result["shareID"]
+    assert result["consumedCapacity"] == {names.CAP_MEMORY: "8Gi", names.CAP_SM_SHARE: "30"}
+    uid = claim["metadata"]["uid"]
+    assert os.path.exists(cdi_spec_path(CDI_DIR, uid)) and uid in checkpoint()
+    grant = grant_of(uid)
+    assert (grant.mem_limit_bytes, grant.sm_limit_pct, grant.pod_name) == (8 * GIB, 30, name), grant
+    log, _ = first_report(core, name)
+    assert "A100-SXM4-80GB" in log and "quota 8192 MiB" in log, log
+    solo = predicted_it_per_s("A100-80GB", visible_sms(log))
+    report = wait_for(lambda: next((r for r in reports(core, name) if r["virtual_s"] >= 10), None), 60,
+                      f"{name}'s report after 10 emulated seconds")
+    assert 0 < report["it_per_s"] < 0.5 * solo, (report, solo)  # the SM cap holds
+    return round(report["it_per_s"] / (0.3 * solo), 3)
+
+
+def extended_claim(core, objs, name: str) -> dict:
+    """The claim KEP-5004 made for `name`'s `nvidia.com/gpu`, as its status.extendedResourceClaimStatus names it."""
+    status = wait_for(lambda: _pod(core, name)["status"].get("extendedResourceClaimStatus"), 30,
+                      f"{name}'s extendedResourceClaimStatus")
+    assert status["requestMappings"] == [{"containerName": "main", "resourceName": keys.GPU_RESOURCE,
+                                          "requestName": status["requestMappings"][0]["requestName"]}], status
+    claim = objs.get_namespaced_custom_object(GROUP, VERSION, NS, "resourceclaims", status["resourceClaimName"])
+    assert claim["metadata"]["name"].startswith(f"{name}-extended-resources-"), claim["metadata"]
+    (req,) = claim["spec"]["devices"]["requests"]
+    assert req["exactly"]["deviceClassName"] == names.CLASS_EXTENDED, req
+    return claim
+
+
+WHOLE_MODELS = {"gpu-0": "A100", "gpu-1": "L4"}  # the node's GPUs handed out whole (devcluster-dra.yaml)
+
+
+def assert_whole_gpu_runs(core, objs, name: str) -> str:
+    """`name` (`nvidia.com/gpu: 1`, no claim of its own) runs on a whole GPU through KEP-5004's claim."""
+    claim = extended_claim(core, objs, name)
+    (result,) = results(claim)
+    assert result["device"] in WHOLE_MODELS and result["pool"] == NODE_NAME, result
+    assert claim["metadata"]["uid"] in checkpoint()
+    log, report = first_report(core, name)
+    assert WHOLE_MODELS[result["device"]] in log and report["iterations"] > 0, log
+    return result["device"]
+
+
+HAMI_8G_30 = {keys.GPU_RESOURCE: "1", "nvidia.com/gpumem": "8192", "nvidia.com/gpucores": "30"}
+FGPU_8G_30 = {keys.FGPU_FRACTION: "0.3", keys.FGPU_MEMORY: "8Gi"}  # README "Request a GPU share"
+
+
+def classic_pod(name: str, annotations: dict | None = None, limits: dict | None = None,
+                scheduler: str | None = None) -> dict:
+    body = workload_pod(name, annotations, limits, scheduler=scheduler)
+    body["spec"]["containers"][0]["command"] = WORKLOAD
+    return body
+
+
+def create_all_and_time(core, bodies: dict[str, dict]) -> None:
+    """Create every pod at once; TIMINGS[<name>_to_running_s] from its creation to Running."""
+    t0 = time.monotonic()
+    for body in bodies.values():
+        core.create_namespaced_pod(NS, body)
+    for name in bodies:
+        running(core, name)
+        TIMINGS[f"{name}_to_running_s"] = round(time.monotonic() - t0, 2)
+
+
+def all_unprepared() -> bool:
+    return checkpoint() == {} and not [f for f in os.listdir(CDI_DIR) if f.startswith("fgpu.io-gpu_")]
+
+
+# ---- 1b. the classic spellings through the chart's webhook (kube-scheduler allocates) -----------------------------
+def test_classic_spellings_run_on_the_real_kubelet_through_claims(core, objs):
+    """HAMi's gpumem/gpucores and fgpu's annotations for 8Gi and 30%: the webhook writes them as a claim of
+    gpu-share.fgpu.io, kube-scheduler allocates it, the kubelet has fgpu-dra prepare it, the daemon enforces it.
+    `nvidia.com/gpu: 1` alone keeps its count: kube-scheduler makes KEP-5004's claim of gpu-extended.fgpu.io, and
+    the kubelet admits the pod on a node whose allocatable has no nvidia.com/gpu. `nvidia.com/mig-1g.10gb: 1`
+    becomes a claim of mig-1g.10gb.fgpu.io."""
+    create_all_and_time(core, {"hami": classic_pod("hami", limits=HAMI_8G_30),
+                               "fgpu-ann": classic_pod("fgpu-ann", annotations=FGPU_8G_30)})
+    for name in ("hami", "fgpu-ann"):
+        pod = _pod(core, name)
+        assert pod["spec"]["schedulerName"] == keys.DEFAULT_SCHEDULER and keys.REQUEST not in (
+            pod["metadata"].get("annotations") or {})
+        (entry,) = pod["spec"]["resourceClaims"]
+        assert entry["resourceClaimTemplateName"].startswith("fgpu-share-"), entry
+        assert keys.GPU_RESOURCE not in pod["spec"]["containers"][0]["resources"].get("limits", {})
+        TIMINGS[f"{name}_of_predicted_share"] = assert_share_enforced(core, objs, name)
+    # the shares hold the A100, so the whole GPU can only be the L4, and the MIG instance one of the H100's
+    create_all_and_time(core, {"whole-classic": classic_pod("whole-classic", limits={keys.GPU_RESOURCE: "1"}),
+                               "mig-classic": classic_pod("mig-classic", limits={keys.mig_resource_name("1g.10gb"): "1"})})
+    assert _pod(core, "whole-classic")["spec"]["schedulerName"] == keys.DEFAULT_SCHEDULER
+    assert assert_whole_gpu_runs(core, objs, "whole-classic") == "gpu-1"
+    claim = claim_of(core, objs, "mig-classic")
+    (result,) = results(claim)
+    assert claim["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] == names.mig_class("1g.10gb")
+    assert result["device"].startswith("gpu-2-mig-1g-10gb-"), result
+    log, report = first_report(core, "mig-classic")
+    assert "H100" in log and "mig" in log.lower() and report["iterations"] > 0, log
+    delete(core, "hami", "fgpu-ann", "whole-classic", "mig-classic")
+    wait_for(all_unprepared, 60, "the classic pods' claims unprepared")
+
+
 # ---- 2. 8Gi and 30% as a ResourceClaim ---------------------------------------------------------------------------
 def test_a_share_claim_is_allocated_prepared_and_enforced(core, objs, target):
     create_and_time(core, "share-a", claim_pod("share-a", {"resourceClaimTemplateName": "share-30"}),
                     "share_claim_to_running_s")
     claim = claim_of(core, objs, "share-a")
-    (result,) = results(claim)
-    assert result["device"] == "gpu-0-shared" and result["pool"] == NODE_NAME and result["shareID"]
-    assert result["consumedCapacity"] == {names.CAP_MEMORY: "8Gi", names.CAP_SM_SHARE: "30"}
     TIMINGS["prepare_ms"] = prepare_ms(core, target, claim["metadata"]["name"])
-    uid = claim["metadata"]["uid"]
-    assert os.path.exists(cdi_spec_path(CDI_DIR, uid)) and uid in checkpoint()
-    # the CDI spec containerd injected carries the grant: a token signed with the node's secret for 8Gi and 30%
-    with open(cdi_spec_path(CDI_DIR, uid)) as fh:
-        (device,) = json.load(fh)["devices"]
-    edits = dict(e.split("=", 1) for e in device["containerEdits"]["env"])
-    grant = verify_token((STATE_DIR / "token-secret").read_bytes(), edits[env.CONTEXT_TOKEN])
-    assert (grant.mem_limit_bytes, grant.sm_limit_pct, grant.pod_name) == (8 * GIB, 30, "share-a"), grant
-    log, _ = first_report(core, "share-a")
-    # the daemon enforces it: an 8 GiB quota, and kernels time-sliced to 30% of the A100 (HAMi-core's SM limit)
-    assert "A100-SXM4-80GB" in log and "quota 8192 MiB" in log, log
-    solo = predicted_it_per_s("A100-80GB", visible_sms(log))
-    report = wait_for(lambda: next((r for r in reports(core, "share-a") if r["virtual_s"] >= 10), None), 60,
-                      "share-a's report after 10 emulated seconds")
-    TIMINGS["share_a_of_predicted_share"] = round(report["it_per_s"] / (0.3 * solo), 3)
-    assert 0 < report["it_per_s"] < 0.5 * solo, (report, solo)  # the SM cap holds
+    TIMINGS["share_a_of_predicted_share"] = assert_share_enforced(core, objs, "share-a", claim)
 
 
 def test_allocating_past_the_claims_memory_is_refused(core):
@@ -419,8 +520,19 @@ def test_fgpu_scheduler_allocates_a_claim_the_real_kubelet_prepares(cluster, tar
     assert all(owner.search(v) for v in violations), violations
     assert {owner.search(v).group(1) for v in violations} == {"share-a", "share-c", "mig", "whole"}, violations
     delete(core, "share-a", "share-c", "mig", "whole", "fgpu-share")
-    wait_for(lambda: checkpoint() == {} and not [f for f in os.listdir(CDI_DIR) if f.startswith("fgpu.io-gpu_")],
-             60, "every claim unprepared")
+    wait_for(all_unprepared, 60, "every claim unprepared")
+
+    # the classic spellings now go to fgpu-scheduler: HAMi's share becomes a claim fgpu allocates, and for
+    # `nvidia.com/gpu: 1` fgpu-scheduler makes KEP-5004's claim itself, as kube-scheduler would
+    create_all_and_time(core, {"hami-fgpu": classic_pod("hami-fgpu", limits=HAMI_8G_30)})
+    pod = _pod(core, "hami-fgpu")
+    assert pod["spec"]["schedulerName"] == keys.SCHEDULER_NAME and keys.REQUEST in pod["metadata"]["annotations"]
+    TIMINGS["hami-fgpu_of_predicted_share"] = assert_share_enforced(core, objs, "hami-fgpu")
+    create_all_and_time(core, {"whole-fgpu": classic_pod("whole-fgpu", limits={keys.GPU_RESOURCE: "1"})})
+    assert _pod(core, "whole-fgpu")["spec"]["schedulerName"] == keys.SCHEDULER_NAME
+    assert assert_whole_gpu_runs(core, objs, "whole-fgpu") == "gpu-1"  # the A100 holds hami-fgpu's share
+    delete(core, "hami-fgpu", "whole-fgpu")
+    wait_for(all_unprepared, 60, "the classic pods' claims unprepared")
     install.uninstall(target)
     wait_for(lambda: not install.release_pods(core, target), 120, "the chart's pods gone")
     print("timings:", json.dumps(TIMINGS))
