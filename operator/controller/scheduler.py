@@ -739,9 +739,29 @@ class Scheduler:
         return {g.uuid: g.mem_mib for g in spec.gpus} if spec else {}
 
     async def drain(self) -> None:
-        """Wait for in-flight binds (tests, shutdown)."""
+        """Wait for the writes in flight (shutdown). It does not wait for queued pods to be decided: `settle` does.
+
+        A task leaves `_tasks` in its done callback, which runs a loop turn after the task ends, so the set may
+        hold only finished tasks; `asyncio.gather` of finished tasks completes without suspending (Python 3.12),
+        so a loop of it never let that callback run: drain spun forever and `wait_for` around it never fired."""
         while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+            running = [t for t in self._tasks if not t.done()]
+            if running:
+                await asyncio.wait(running)
+            else:
+                await asyncio.sleep(0)  # finished tasks' done callbacks run: they leave the set
+
+    async def settle(self) -> None:
+        """Until the run loop has decided every queued pod and every write it started has ended (tests over a
+        fake API; `run()` must be running as leader, else the queue never empties: bound it with a timeout).
+        Each round yields first: a loop of `drain()` alone never suspends while writes are idle and pods queued,
+        so the run loop never gets to pop them and the loop spins forever."""
+        while True:
+            await asyncio.sleep(0)
+            if self._tasks:
+                await self.drain()
+            elif not self.queue:
+                return
 
 
 #: What is read of a waiting pod's spec: placement (`translate.core_request`, `claims.claim_plan`), the queue's

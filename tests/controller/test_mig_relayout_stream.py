@@ -56,13 +56,15 @@ class Node:
 
 
 async def settle(s: Scheduler) -> None:
-    """Until the scheduler has nothing in flight (a step's Bindings and messages written); a write that never
-    ends fails the test, naming what is stuck."""
-    for _ in range(300):
-        if not s._tasks and not s.queue:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"still in flight after 3 s: {[t.get_coro() for t in s._tasks]}, queue {len(s.queue)}")
+    """`Scheduler.settle`: every queued pod decided, every write ended. Not `drain()`: with no write in flight it
+    returns without suspending, before the run loop has popped the step's pod (the test then checked nothing),
+    and a loop of it spins without ever letting the run loop in. A scheduler that never settles fails the test,
+    naming what is stuck."""
+    try:
+        await asyncio.wait_for(s.settle(), 10)
+    except TimeoutError:
+        raise AssertionError(f"not settled after 10 s: {[t.get_coro() for t in s._tasks]}, queue {len(s.queue)}, "
+                             f"held for changes {list(s.mig.waiting)}") from None
 
 
 def bindings(api: FakeApi) -> dict[str, tuple[str, str]]:
@@ -108,6 +110,14 @@ def test_random_streams_never_over_allocate_or_re_lay_a_running_instance(steps):
                 assert (p, int(st_)) in node.layouts[n], (uid, uuid, node.layouts[n])
             for n in NODES:
                 assert len([c for c in s.mig.in_flight() if c.node == n]) <= 1
+            for pod in made:  # every pod was decided: bound, held for a change in flight, or parked with a reason
+                uid = pod["metadata"]["uid"]
+                if uid in gone or uid in running:
+                    continue
+                if uid in s.mig.waiting:
+                    assert s.mig.pod_changes(uid), f"pod {uid} held for changes none of which is in flight"
+                else:
+                    assert uid in s.parked and s.parked[uid].reason, (uid, s.parked.get(uid))
         loop.cancel()
 
     asyncio.run(scenario())
