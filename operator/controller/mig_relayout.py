@@ -162,9 +162,11 @@ class MigRelayouts:
         self.held.discard(uid)
 
     def instances_for(self, uid: str, spec: NodeSpec | None) -> tuple[str, ...]:
-        """The instances `uid` was promised, named as the node's inventory (`spec`, no overlay) names them."""
+        """The instances `uid` was promised, named as the node's inventory (`spec`, no overlay) names them: by
+        changes in flight or done, never a failed one (the GPU kept its layout; a later re-layout for the same
+        pod, on another GPU, must not inherit that change's instance-to-be)."""
         gpus = {g.uuid: g for g in spec.gpus} if spec else {}
-        return tuple(name for c in self.changes.values() if uid in c.pod_uids
+        return tuple(name for c in self.changes.values() if uid in c.pod_uids and c.phase != "Failed"
                      for name in mig_changes.instance_names(c, uid, gpus[c.gpu].mig if c.gpu in gpus else ()))
 
 

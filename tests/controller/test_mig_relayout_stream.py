@@ -8,7 +8,7 @@ import json
 
 from fgpu_operator.controller.scheduler import Scheduler
 from fgpu_operator.placement.live import LiveCluster
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from scheduler_fakes import FakeApi, FakeEvents
 from test_mig_relayout import ALL_1G, gpunode_obj, layout_gpu, mig_pod, node_obj
@@ -78,6 +78,8 @@ def bindings(api: FakeApi) -> dict[str, tuple[str, str]]:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(STEP, min_size=5, max_size=40))
+# a pod whose re-layout failed on one node, re-laid on the other: it must not keep the failed one's instance
+@example([("delete", 0, 0), ("pod", "2g.20gb", 0), ("pod", "2g.20gb", 0), ("node", "failed", 1), ("node", "failed", 0)])
 def test_random_streams_never_over_allocate_or_re_lay_a_running_instance(steps):
     async def scenario():
         api = FakeApi()
