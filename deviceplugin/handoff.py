@@ -125,3 +125,25 @@ def find_assignment(pods: Iterable[PodView], node: str, device_count: int,
         return None
     _, pod, first, assignment = best
     return Match(pod, first, assignment, (verify(pod, node) or "") if verify is not None else "")
+
+
+def assigned_devices(pods: Iterable[PodView], node: str, slot_of: Mapping[str, str], available: Iterable[str],
+                     size: int) -> list[str] | None:
+    """For a counted resource whose device IDs name single devices (MIG instances, whole GPUs), the IDs fgpu's
+    scheduler assigned to the next container the kubelet admits, when they are all still free: the kubelet picks
+    the devices of such a resource itself, and a pick other than the scheduler's would run the container on
+    another instance than the operator accounts for (and a dynamic-MIG re-layout might then count that
+    instance idle). `slot_of` maps a device UUID to its device ID. None when no pending assignment fits (the
+    caller falls back to its packing order)."""
+    free = set(available)
+    skip: set[tuple[str, str]] = set()
+    pods = list(pods)
+    shared = frozenset(slot_of)
+    while True:
+        match = find_assignment(pods, node, size, skip, shared=shared)
+        if match is None:
+            return None
+        ids = [slot_of[d.uuid] for d in match.container.devices]
+        if all(i in free for i in ids):
+            return ids
+        skip.add((match.pod.uid, match.container.name))  # already admitted (its devices taken): the next one

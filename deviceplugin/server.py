@@ -28,7 +28,7 @@ from deviceplugin.allocate import (
     preferred_allocation,
 )
 from deviceplugin.api import api_pb2, api_pb2_grpc
-from deviceplugin.handoff import Match, PodView, find_assignment
+from deviceplugin.handoff import Match, PodView, assigned_devices, find_assignment
 from deviceplugin.labels import Health
 from deviceplugin.metrics import PluginMetrics
 from deviceplugin.resources import Resource, Slot
@@ -115,7 +115,19 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         self.resource = resource
         self.shared = shared
         self.closed = threading.Event()
+
+    @property
+    def resource(self) -> Resource:
+        return self._resource
+
+    @resource.setter
+    def resource(self, resource: Resource) -> None:
+        """Set again when the node re-advertises (a dynamic-MIG change): what is derived from it follows."""
+        self._resource = resource
         self._gpus = frozenset(slot.device_uuid for slot in resource.slots)  # the GPUs it shares out
+        # device UUID -> its one device ID, for resources whose IDs are single devices (not replicas of one)
+        slot_of = {slot.device_uuid: slot.id for slot in resource.slots}
+        self._slot_of = slot_of if len(slot_of) == len(resource.slots) and not resource.fractional else None
 
     def options(self) -> api_pb2.DevicePluginOptions:
         return api_pb2.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
@@ -144,10 +156,27 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
     def GetPreferredAllocation(self, request, context):
         out = api_pb2.PreferredAllocationResponse()
         for req in request.container_requests:
-            ids = preferred_allocation(self.resource, list(req.available_deviceIDs),
-                                       list(req.must_include_deviceIDs), req.allocation_size)
+            ids = None if req.must_include_deviceIDs else \
+                self._assigned(list(req.available_deviceIDs), req.allocation_size)
+            if ids is None:
+                ids = preferred_allocation(self.resource, list(req.available_deviceIDs),
+                                           list(req.must_include_deviceIDs), req.allocation_size)
             out.container_responses.add(deviceIDs=ids)
         return out
+
+    def _assigned(self, available: list[str], size: int) -> list[str] | None:
+        """The scheduler's own pick for a counted single-device resource (handoff.assigned_devices); None for
+        fractional and replicated resources, without the API, or when the cache cannot be read."""
+        shared = self.shared
+        if self.resource.fractional or shared.pods is None or self._slot_of is None:
+            return None
+        try:
+            pods = shared.pods.pending_pods(shared.ctx.node_name, fresh=False)
+        except Exception as err:  # the packing order still answers; Allocate reports API trouble itself
+            log.warning("GetPreferredAllocation %s: pending pods unreadable (%s); packing order", self.resource.name,
+                        err)
+            return None
+        return assigned_devices(pods, shared.ctx.node_name, self._slot_of, available, size)
 
     def Allocate(self, request, context):
         start = time.perf_counter()

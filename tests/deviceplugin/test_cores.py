@@ -281,3 +281,24 @@ def test_find_assignment_passes_over_a_pod_whose_device_another_resource_allocat
     match = find_assignment([first, second], "n1", 1, shared=shared)
     assert (match.pod.name, match.container.devices[0].uuid) == ("share", gpu)
     assert find_assignment([first], "n1", 1, shared=shared) is None
+
+
+MIG = parse_node_config({"version": "v1", "migStrategy": "mixed",
+                         "gpus": [{"model": "H100", "count": 2, "mig": {"layout": "all-1g.10gb"}}]})
+
+
+def test_a_counted_mig_resource_prefers_the_instances_the_scheduler_assigned():
+    from deviceplugin.handoff import assigned_devices
+
+    [res] = [r for r in discover(MIG, "n1") if r.name == "nvidia.com/mig-1g.10gb"]
+    slot_of = {s.device_uuid: s.id for s in res.slots}
+    last, other = res.slots[-1], res.slots[3]
+    first = pod("first", [("c", last.device_uuid, 10 << 30, 100)], at="2026-01-01T00:00:01Z")
+    second = pod("second", [("c", other.device_uuid, 10 << 30, 100)], at="2026-01-01T00:00:02Z")
+    available = [s.id for s in res.slots]
+    # the kubelet's own pick would be any free one; the scheduler's is the last instance of the second GPU
+    assert assigned_devices([second, first], "n1", slot_of, available, 1) == [last.id]
+    # once the first's instance is taken (admitted), the next pending pod's assignment is preferred
+    assert assigned_devices([second, first], "n1", slot_of, [i for i in available if i != last.id], 1) == [other.id]
+    assert assigned_devices([first], "n1", slot_of, [other.id], 1) is None  # its instance is gone: no preference
+    assert assigned_devices([first], "n2", slot_of, available, 1) is None  # another node's pod
