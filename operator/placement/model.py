@@ -288,6 +288,7 @@ class Cluster:
         #: Shares on each GPU (node, gpu) -> {request name: request}: the co-runners the QoS filter prices.
         self.gpu_tenants: dict[tuple[int, int], dict[str, Request]] = {}
         self.plugin_state: dict[str, object] = {}  # caches of filter plug-ins, stamped with node versions
+        self.facts_version = 0  # bumped when any node's labels, taints or cordon may have changed
         self.version += 1
 
     def refresh_gpu_masks(self) -> None:
@@ -428,6 +429,7 @@ class Cluster:
         self.unschedulable[node] = spec.unschedulable
         self.tainted[node] = bool(spec.taints)
         self.version[node] += 1
+        self.facts_version += 1
 
     def set_gpu_health(self, uuid: str, healthy: bool) -> bool:
         """Mark a GPU or MIG instance (un)healthy; its pods keep their shares, new pods avoid it. True if

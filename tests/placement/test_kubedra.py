@@ -70,6 +70,19 @@ def test_first_fit_in_gpu_index_order():
     assert policy.choose_gpus(whole, 0) == (2, 3)
 
 
+def test_a_share_on_several_gpus_takes_the_first_that_fit():
+    """Regression (Hypothesis, test_multi_share): a 2-GPU share got only its first GPU."""
+    c = Cluster([NodeSpec("a", 10000, 10000, 2, "G2")])
+    for g in (0, 1):
+        c.reserve(Request(f"h{g}", 0, num_gpu=1, gpu_milli=800), 0, (g,))  # 200 milli free on each
+    outcome = Framework(c, make_policy("kube-dra", None), np.random.default_rng(1)).schedule(
+        Request("p", 1000, num_gpu=2, gpu_milli=200))
+    assert outcome.gpus == (0, 1)
+    c = Cluster([NodeSpec("b", 10000, 10000, 4, "G2")])
+    c.reserve(Request("x", 1, num_gpu=1, gpu_milli=900), 0, (1,))
+    assert _policy(c).choose_gpus(Request("s", 1, num_gpu=2, gpu_milli=500), 0) == (0, 2)  # GPU 1 is too full
+
+
 def test_replays_through_the_framework():
     c = Cluster([NodeSpec(f"n{i}", 8000, 8000, 2, "G2") for i in range(4)])
     framework = Framework(c, make_policy("kube-dra", None), np.random.default_rng(1))

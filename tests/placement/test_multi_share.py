@@ -18,7 +18,7 @@ from fgpu_operator.placement.live import LiveCluster
 from fgpu_operator.placement.model import MILLI, Constraints, GpuInfo
 from fgpu_operator.placement.policies import LIVE_POLICIES, POLICIES, make_policy
 from fgpu_operator.placement.policies.fgd import share_sets
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 #: Only 0.2-GPU pods to come: a GPU left with less than 0.2 free is fragment.
@@ -86,6 +86,7 @@ def test_fgd_share_sets_reach_every_node_state_a_set_can_leave(rooms, count, mil
 @given(st.lists(st.lists(st.sampled_from([0, 200, 400, 500, 700, 1000]), min_size=1, max_size=8),
                 min_size=1, max_size=4),
        st.integers(2, 4), st.sampled_from([200, 500, 800, 1000]), st.sampled_from(sorted(POLICIES)))
+@example([[200, 200]], 2, 200, "kube-dra")  # kube-dra gave a 2-GPU share one GPU (first-fit cut at one for shares)
 def test_every_policy_places_n_distinct_fitting_gpus_or_none(node_rooms, count, milli, policy):
     c = Cluster([NodeSpec(f"n{i}", 96000, 393216, len(r), "A100") for i, r in enumerate(node_rooms)])
     for i, rooms in enumerate(node_rooms):

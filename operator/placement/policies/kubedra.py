@@ -87,8 +87,9 @@ class KubeDraPolicy(BasePolicy):
         return least + balanced
 
     def choose_gpus(self, request: Request, node: int) -> tuple[int, ...]:
-        """First fit in GPU index order: the allocator's device order on one node."""
+        """First fit in GPU index order: the allocator's device order on one node. A request for N GPUs
+        (whole, or a share on each of N: a claim's `count: N`) takes the first N GPUs it fits on."""
         if not request.wants_gpu:
             return ()
         fits = np.flatnonzero(gpu_fit(self.cluster, request, node))
-        return tuple(int(g) for g in fits[: 1 if request.is_share else request.num_gpu])
+        return tuple(int(g) for g in fits[: request.num_gpu])
