@@ -171,7 +171,8 @@ def test_helm_install_runs_every_chart_pod_on_the_real_node(cluster, target, cor
     assert all(node == NODE_NAME for node in pods.values())  # none on the KWOK node
     resources = found["resources"][NODE_NAME]
     assert resources["nvidia.com/gpu"] == "40"  # 4 A100s x splitCount 10
-    assert resources["nvidia.com/mig-1g.10gb"] == "2" and resources["nvidia.com/mig-3g.40gb"] == "1"
+    # the static H100's two 1g.10gb and one 3g.40gb, and the dynamic-MIG A100's seven 1g.10gb
+    assert resources["nvidia.com/mig-1g.10gb"] == "9" and resources["nvidia.com/mig-3g.40gb"] == "1"
     assert resources["nvidia.com/gpu.shared"] == "4"  # the L4, time-sliced
     assert SOCKET_HOST_PATH.is_socket()  # the daemon pod serves its socket on the node
 
