@@ -70,4 +70,5 @@ def test_metrics_follow_pods_placed_parked_and_deleted(k8s, kwok, kubeconfig_env
     assert value(after, "fgpu_scheduler_attempts_total", result="unschedulable", reason="GpuFit") >= 1
     # every family of the catalogue is served now (each has samples after this scenario)
     assert {_base(n, "histogram" if any(n.startswith(h) for h in histograms) else "") for n, _ in after} \
-        == set(catalogue) - {"fgpu_webhook_admissions_total"}  # no webhook in this process
+        == set(catalogue) - {"fgpu_webhook_admissions_total",  # no webhook in this process
+                             "fgpu_mig_reconfiguration_in_progress"}  # a series per dynamic-MIG GPU: none here
