@@ -239,7 +239,11 @@ def test_a_hami_pod_and_a_mig_pod_run_their_workloads(core):
     hami_log, hami = first_report(core, "hami")
     mig_log, mig = first_report(core, "mig")
     assert "quota 4096 MiB" in hami_log and hami["iterations"] > 0, hami_log
-    assert "H100" in mig_log and "mig" in mig_log.lower() and mig["iterations"] > 0, mig_log
+    # the instance the scheduler assigned (the static H100's or the dynamic A100's 1g.10gb), not the kubelet's own
+    # pick: the device plugin steers it (GetPreferredAllocation)
+    (uuid,) = [d["uuid"] for c in json.loads(core.read_namespaced_pod("mig", NS).metadata.annotations[
+        keys.ASSIGNMENT])["containers"] for d in c["devices"]]
+    assert "MIG 1g.10gb" in mig_log and uuid in mig_log and mig["iterations"] > 0, (uuid, mig_log)
 
 
 def test_prometheus_scrapes_every_chart_pod_and_report_draws_from_it(cluster, target, core, tmp_path):
