@@ -204,7 +204,7 @@ class MigConfig(ConfigModel):
     #: The operator may re-lay the GPU's idle instances on demand (docs/dynamic-mig.md); `layout` is then the
     #: starting one (may be empty). False: the layout is fixed.
     dynamic: bool = False
-    reconfigure_seconds: float = pydantic.Field(default=DEFAULT_MIG_RECONFIGURE_S, gt=0, le=600)
+    reconfigure_seconds: float = pydantic.Field(default=DEFAULT_MIG_RECONFIGURE_S, gt=0.0, le=600.0)  # floats: pydantic versions render int bounds differently
 
     @pydantic.model_validator(mode="after")
     def _no_layout_when_disabled(self) -> MigConfig:
