@@ -243,6 +243,7 @@ def plan_relayout(cluster: Cluster, request: Request, *, node_rank: np.ndarray |
         np.asarray([n for n in nodes if cluster.mig_dynamic_any[n]], dtype=np.int64)
     may = nodes_where_resources_may_help(cluster, request, (MigSlotFilter.name,), rows)
     held = set(cluster.mig_taken)
+    allowed = cluster.model_mask(request)  # (N, G), once: a pod that names GPU models is re-laid only onto those
     reasons: list[str] = []
     considered = 0
     best: tuple | None = None
@@ -259,7 +260,8 @@ def plan_relayout(cluster: Cluster, request: Request, *, node_rank: np.ndarray |
             outcome, said = kept[1], kept[2]
         else:
             said = []
-            outcome = _plan_node(cluster, request, node, held, frozen, demand, name_instance, said)
+            outcome = _plan_node(cluster, request, node, held, frozen, demand, name_instance, said,
+                                 None if allowed is None else allowed[node])
             if memo is not None:
                 memo[(node, shape)] = (stamp, outcome, said)
         reasons += said
@@ -275,16 +277,15 @@ def plan_relayout(cluster: Cluster, request: Request, *, node_rank: np.ndarray |
     return Relayout(changes[0].node, changes, instances, lost)
 
 
-def _plan_node(cluster, request, node, held, frozen, demand, name_instance, reasons):
+def _plan_node(cluster, request, node, held, frozen, demand, name_instance, reasons, allowed=None):
     """(room lost, destroyed, changes, instances) giving the request `num_gpu` instances on `node`, or None
-    (reasons appended). Free instances of the profile are used first, then one GPU change per instance."""
+    (reasons appended). Free instances of the profile are used first, then one GPU change per instance.
+    `allowed`: the node's row of the request's GPU-model mask (None: every model)."""
     spec = cluster.nodes[node]
     free = [u for u, (n, p, ok) in cluster.mig_slots.items()
             if n == node and p == request.mig_profile and ok and u not in cluster.mig_taken]
     need = request.num_gpu - len(free)
-    allowed = cluster.model_mask(request)  # a pod that names GPU models is re-laid only onto those
-    layouts = {j: list(g.mig) for j, g in enumerate(spec.gpus)
-               if g.mig_dynamic and (allowed is None or allowed[node, j])}
+    layouts = {j: list(g.mig) for j, g in enumerate(spec.gpus) if g.mig_dynamic and (allowed is None or allowed[j])}
     changed: dict[int, tuple[list[MigSlot], list[MigSlot]]] = {}  # gpu -> (destroyed, created)
     taken = set(held) | set(free)  # the free instances it will take must stay too
     lost = destroyed = 0
